@@ -1,0 +1,100 @@
+package redq
+
+import (
+	"context"
+	"fmt"
+)
+
+// Cleaner returns the unacked deliveries of dead connections to ready. A
+// connection is dead once its heartbeat key is gone (it expired, or the
+// connection called StopAllConsuming). Run one or several cleaners
+// periodically, in-process or with `redq clean`; each delivery is returned
+// once however many run at the same time, and a live connection's
+// deliveries are never touched.
+type Cleaner struct {
+	conn Connection
+}
+
+// NewCleaner returns a cleaner that works through conn.
+func NewCleaner(conn Connection) *Cleaner {
+	return &Cleaner{conn: conn}
+}
+
+// Clean returns the deliveries of dead connections and reports how many.
+func (cl *Cleaner) Clean() (int64, error) {
+	return cl.CleanContext(context.Background())
+}
+
+// CleanContext is Clean with a context. It works in four steps, each safe
+// to interrupt and to run concurrently:
+//  1. Connections without a heartbeat are removed from the connections
+//     set, in one script that checks and removes atomically. From then on
+//     their heartbeat cannot come back: such a paused connection learns it
+//     is dead when it resumes.
+//  2. For each queue, the connections registered for it are listed.
+//  3. The connections set is read again: a registered connection that is
+//     not in it is dead (connections join the set before they register).
+//  4. For each dead connection and queue, its unacked deliveries go back to
+//     the head of ready in bounded chunks, and the step that empties its
+//     storage unregisters it from the queue.
+func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
+	c, ok := cl.conn.(*redisConnection)
+	if !ok {
+		return 0, ErrorNotRedis
+	}
+	names, err := c.client.SMembers(ctx, c.keys.connections).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redq: clean: list connections: %w", err)
+	}
+	for len(names) > 0 {
+		chunk := names[:min(len(names), fetchChunk)]
+		names = names[len(chunk):]
+		keys := make([]string, 0, len(chunk)+1)
+		keys = append(keys, c.keys.connections)
+		args := make([]any, len(chunk))
+		for i, n := range chunk {
+			keys = append(keys, c.keys.heartbeat(n))
+			args[i] = n
+		}
+		if err := scripts.declareDead.Run(ctx, c.client, keys, args...).Err(); err != nil {
+			return 0, fmt.Errorf("redq: clean: declare dead connections: %w", err)
+		}
+	}
+	queues, err := c.client.SMembers(ctx, c.keys.queues).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redq: clean: list queues: %w", err)
+	}
+	pipe := c.client.Pipeline()
+	consumers := make([]interface{ Val() []string }, len(queues))
+	for i, name := range queues {
+		consumers[i] = pipe.HKeys(ctx, newQueueKeys(c.opts.namespace, name).consumers)
+	}
+	if len(queues) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("redq: clean: list consumers: %w", err)
+		}
+	}
+	alive, err := c.client.SMembers(ctx, c.keys.connections).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redq: clean: list connections: %w", err)
+	}
+	live := make(map[string]bool, len(alive))
+	for _, n := range alive {
+		live[n] = true
+	}
+	var total int64
+	for i, name := range queues {
+		q := newQueue(c, name)
+		for _, conn := range consumers[i].Val() {
+			if live[conn] {
+				continue
+			}
+			n, err := q.returnUnacked(ctx, conn, 0, true)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("redq: clean: %w", err)
+			}
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,263 @@
+package redq
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Connection is a named client of redq. It registers itself in Redis and
+// keeps a heartbeat alive while the process runs; a cleaner returns the
+// unacked deliveries of connections whose heartbeat is gone.
+type Connection interface {
+	// OpenQueue returns a handle on the named queue and lists the queue in
+	// Redis. Names are validated: see ArgumentError.
+	OpenQueue(name string) (Queue, error)
+	// CollectStats reads the counts of the given queues.
+	CollectStats(queueList []string) (Stats, error)
+	// CollectStatsContext is CollectStats with a context.
+	CollectStatsContext(ctx context.Context, queueList []string) (Stats, error)
+	// GetOpenQueues lists the queues that were opened in this namespace.
+	GetOpenQueues() ([]string, error)
+	// GetOpenQueuesContext is GetOpenQueues with a context.
+	GetOpenQueuesContext(ctx context.Context) ([]string, error)
+	// StopAllConsuming stops consuming on every queue of this connection,
+	// waits for consumers to finish their current delivery, stops the
+	// heartbeat and deletes it, so a cleaner may return what the connection
+	// still holds at once. The channel is closed when all that is done.
+	// Afterwards OpenQueue and Publish fail with ErrorConsumingStopped.
+	StopAllConsuming() <-chan struct{}
+}
+
+// Open opens a connection on any go-redis client (a single node, a failover
+// client or a cluster client). tag names the connection (its full name is
+// tag-<random>); errChan, if not nil, receives background errors
+// (HeartbeatError, ConsumeError, DeliveryError, ErrorConnectionLost) and is
+// never blocked on: errors that do not fit are dropped.
+func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
+	c, err := open(ctx, tag, client, errChan, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// OpenConnection opens a connection on the Redis at network and address.
+func OpenConnection(tag, network, address string, db int, errChan chan<- error, opts ...Option) (Connection, error) {
+	return OpenConnectionWithRedisOptions(tag, &redis.Options{Network: network, Addr: address, DB: db}, errChan, opts...)
+}
+
+// OpenConnectionWithRedisOptions opens a connection with a new client made
+// from redisOptions.
+func OpenConnectionWithRedisOptions(tag string, redisOptions *redis.Options, errChan chan<- error, opts ...Option) (Connection, error) {
+	return Open(context.Background(), tag, redis.NewClient(redisOptions), errChan, opts...)
+}
+
+// OpenConnectionWithRedisClient opens a connection on an existing client.
+func OpenConnectionWithRedisClient(tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
+	return Open(context.Background(), tag, client, errChan, opts...)
+}
+
+// OpenConnectionWithTestRedisClient opens a connection on a new embedded
+// miniredis server, for tests and demos. The server lives as long as the
+// process. Keys expire in miniredis only when its clock is moved
+// (FastForward), so heartbeats there never lapse on their own.
+func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ...Option) (Connection, error) {
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("redq: start embedded redis: %w", err)
+	}
+	return OpenConnectionWithRedisClient(tag, redis.NewClient(&redis.Options{Addr: m.Addr()}), errChan, opts...)
+}
+
+type redisConnection struct {
+	name    string
+	client  redis.UniversalClient
+	errChan chan<- error
+	opts    options
+	keys    globalKeys
+	ids     *idSource
+	acks    *committer
+
+	mu       sync.Mutex
+	queues   []*redisQueue
+	stopped  bool
+	stopDone chan struct{}
+
+	hbCancel context.CancelFunc
+	hbDone   chan struct{}
+	lost     atomic.Bool
+}
+
+func open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts []Option) (*redisConnection, error) {
+	if why := validName(tag); why != "" {
+		return nil, argError("connection tag", tag, why)
+	}
+	if client == nil {
+		return nil, argError("redis client", client, "must not be nil")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	u := uuid.New()
+	c := &redisConnection{
+		name:    tag + "-" + hex.EncodeToString(u[:6]),
+		client:  client,
+		errChan: errChan,
+		opts:    o,
+		keys:    newGlobalKeys(o.namespace),
+		ids:     newIDSource(),
+		hbDone:  make(chan struct{}),
+	}
+	c.acks = newCommitter(c)
+	err := scripts.register.Run(ctx, client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
+		c.name, o.heartbeatTTL.Milliseconds()).Err()
+	if err != nil {
+		return nil, fmt.Errorf("redq: register connection %s: %w", c.name, err)
+	}
+	hbCtx, cancel := context.WithCancel(context.Background())
+	c.hbCancel = cancel
+	go c.heartbeatLoop(hbCtx)
+	return c, nil
+}
+
+// Name returns the connection's full name, tag-<random>, as it appears in
+// Redis and in stats.
+func (c *redisConnection) Name() string { return c.name }
+
+func (c *redisConnection) report(err error) {
+	if c.errChan == nil {
+		return
+	}
+	select {
+	case c.errChan <- err:
+	default:
+	}
+}
+
+func (c *redisConnection) heartbeatLoop(ctx context.Context) {
+	defer close(c.hbDone)
+	ticker := time.NewTicker(c.opts.heartbeatInterval)
+	defer ticker.Stop()
+	timeout := max(c.opts.heartbeatInterval, time.Second)
+	errCount := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, timeout)
+		alive, err := scripts.heartbeat.Run(bctx, c.client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
+			c.name, c.opts.heartbeatTTL.Milliseconds()).Int()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			errCount++
+			c.report(&HeartbeatError{RedisErr: err, Count: errCount})
+			if errCount >= c.opts.heartbeatErrorLimit {
+				go c.StopAllConsuming()
+				return
+			}
+			continue
+		}
+		errCount = 0
+		if alive == 0 {
+			go c.connectionLost()
+			return
+		}
+	}
+}
+
+// connectionLost is called when Redis says a cleaner declared this
+// connection dead: report it once and stop consuming.
+func (c *redisConnection) connectionLost() {
+	if c.lost.Swap(true) {
+		return
+	}
+	c.report(fmt.Errorf("%w: %s", ErrorConnectionLost, c.name))
+	c.StopAllConsuming()
+}
+
+func (c *redisConnection) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+func (c *redisConnection) OpenQueue(name string) (Queue, error) {
+	return c.openQueue(context.Background(), name)
+}
+
+func (c *redisConnection) openQueue(ctx context.Context, name string) (*redisQueue, error) {
+	if why := validName(name); why != "" {
+		return nil, argError("queue name", name, why)
+	}
+	if c.isStopped() {
+		return nil, ErrorConsumingStopped
+	}
+	if err := c.client.SAdd(ctx, c.keys.queues, name).Err(); err != nil {
+		return nil, fmt.Errorf("redq: open queue %q: %w", name, err)
+	}
+	q := newQueue(c, name)
+	c.mu.Lock()
+	c.queues = append(c.queues, q)
+	c.mu.Unlock()
+	return q, nil
+}
+
+func (c *redisConnection) GetOpenQueues() ([]string, error) {
+	return c.GetOpenQueuesContext(context.Background())
+}
+
+func (c *redisConnection) GetOpenQueuesContext(ctx context.Context) ([]string, error) {
+	names, err := c.client.SMembers(ctx, c.keys.queues).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redq: list queues: %w", err)
+	}
+	return names, nil
+}
+
+func (c *redisConnection) StopAllConsuming() <-chan struct{} {
+	c.mu.Lock()
+	if c.stopDone != nil {
+		c.mu.Unlock()
+		return c.stopDone
+	}
+	c.stopped = true
+	done := make(chan struct{})
+	c.stopDone = done
+	queues := append([]*redisQueue(nil), c.queues...)
+	c.mu.Unlock()
+
+	go func() {
+		defer close(done)
+		waits := make([]<-chan struct{}, len(queues))
+		for i, q := range queues {
+			waits[i] = q.StopConsuming()
+		}
+		for _, w := range waits {
+			<-w
+		}
+		c.hbCancel()
+		<-c.hbDone
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.client.Del(ctx, c.keys.heartbeat(c.name)).Err(); err != nil {
+			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
+		}
+	}()
+	return done
+}

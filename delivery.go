@@ -1,0 +1,129 @@
+package redq
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Delivery is one message taken from a queue. It lives in the consuming
+// connection's unacked storage in Redis until it is acked, rejected or
+// pushed; each verb acts on exactly this delivery, even when other
+// deliveries carry byte-identical payloads.
+type Delivery interface {
+	// Payload returns the published payload.
+	Payload() string
+	// Header returns the headers the publisher attached (see Header), or nil.
+	Header() http.Header
+	// Ack removes the delivery from Redis. nil means it is gone.
+	Ack() error
+	// Reject moves the delivery to the queue's rejected list.
+	Reject() error
+	// Push moves the delivery to the push queue's ready list (see
+	// SetPushQueue), or rejects it when there is no push queue.
+	Push() error
+	// AckContext is Ack with a context.
+	AckContext(ctx context.Context) error
+	// RejectContext is Reject with a context.
+	RejectContext(ctx context.Context) error
+	// PushContext is Push with a context.
+	PushContext(ctx context.Context) error
+}
+
+type redisDelivery struct {
+	q       *redisQueue
+	id      string
+	payload string
+	header  http.Header
+}
+
+func (d *redisDelivery) Payload() string     { return d.payload }
+func (d *redisDelivery) Header() http.Header { return d.header }
+func (d *redisDelivery) String() string      { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
+
+// The forms without a context retry Redis errors for as long as the
+// heartbeat TTL: past that, a cleaner may have returned the delivery anyway.
+func (d *redisDelivery) untilTTL() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.q.conn.opts.heartbeatTTL)
+}
+
+func (d *redisDelivery) Ack() error {
+	ctx, cancel := d.untilTTL()
+	defer cancel()
+	return d.AckContext(ctx)
+}
+
+func (d *redisDelivery) Reject() error {
+	ctx, cancel := d.untilTTL()
+	defer cancel()
+	return d.RejectContext(ctx)
+}
+
+func (d *redisDelivery) Push() error {
+	ctx, cancel := d.untilTTL()
+	defer cancel()
+	return d.PushContext(ctx)
+}
+
+func (d *redisDelivery) AckContext(ctx context.Context) error { return d.do(ctx, "ack", false) }
+
+func (d *redisDelivery) RejectContext(ctx context.Context) error { return d.do(ctx, "reject", false) }
+
+func (d *redisDelivery) PushContext(ctx context.Context) error { return d.do(ctx, "push", false) }
+
+// do runs a verb; retried says an earlier attempt may have reached Redis.
+func (d *redisDelivery) do(ctx context.Context, verb string, retried bool) error {
+	if verb == "ack" {
+		return d.retry(ctx, verb, retried, func() (bool, bool, error) {
+			return d.q.conn.acks.ack(ctx, d.q, d.id)
+		})
+	}
+	dest := d.q.destination(verb)
+	return d.retry(ctx, verb, retried, func() (bool, bool, error) {
+		moved, registered, err := d.q.move(ctx, []string{d.id}, dest, "L")
+		if err != nil {
+			return false, false, err
+		}
+		return moved[0], registered, nil
+	})
+}
+
+// retry runs one verb until Redis answers, reporting each failure as a
+// DeliveryError. When Redis answers that the delivery was not there, the
+// result depends on whether the connection is still registered for the
+// queue: if not, a cleaner took the delivery back (ErrorConnectionLost);
+// if so and an earlier attempt may have reached Redis, that attempt did the
+// work (no cleaner touches a registered connection), so the verb succeeded.
+func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, do func() (done, registered bool, err error)) error {
+	for attempt := 1; ; attempt++ {
+		done, registered, err := do()
+		if err == nil {
+			return d.q.conn.outcome(verb, done, registered, retried || attempt > 1)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		}
+		d.q.conn.report(&DeliveryError{Delivery: d, RedisErr: err, Count: attempt})
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		case <-time.After(backoff(attempt, time.Second)):
+		}
+	}
+}
+
+// outcome turns a script's answer about one delivery into the verb's error.
+func (c *redisConnection) outcome(verb string, done, registered, retried bool) error {
+	switch {
+	case done:
+		return nil
+	case !registered:
+		go c.connectionLost()
+		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
+	case retried:
+		return nil
+	default:
+		return fmt.Errorf("redq: %s: %w", verb, ErrorNotFound)
+	}
+}

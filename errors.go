@@ -1,0 +1,106 @@
+package redq
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the API. Compare with errors.Is: most are wrapped with
+// context about where they happened.
+var (
+	// ErrorNotFound is returned when a delivery is no longer in this
+	// connection's unacked storage: it was acked, rejected or pushed already,
+	// or a cleaner returned it to ready after the connection was declared
+	// dead (then the error also matches ErrorConnectionLost).
+	ErrorNotFound = errors.New("redq: entity not found")
+	// ErrorAlreadyConsuming is returned by StartConsuming on a queue that is
+	// consuming already.
+	ErrorAlreadyConsuming = errors.New("redq: queue is already consuming")
+	// ErrorNotConsuming is returned by AddConsumer and friends before
+	// StartConsuming was called.
+	ErrorNotConsuming = errors.New("redq: queue is not consuming; call StartConsuming first")
+	// ErrorConsumingStopped is returned when a queue or connection is used
+	// after StopConsuming or StopAllConsuming.
+	ErrorConsumingStopped = errors.New("redq: consuming was stopped")
+	// ErrorConnectionLost means a cleaner declared this connection dead (its
+	// heartbeat lapsed, for example because the process was paused) and
+	// handed its unacked deliveries back to ready. The connection stops
+	// consuming when it learns this; deliveries it still holds belong to
+	// somebody else now.
+	ErrorConnectionLost = errors.New("redq: connection was declared dead by a cleaner")
+	// ErrorInvalidArgument is matched by every *ArgumentError.
+	ErrorInvalidArgument = errors.New("redq: invalid argument")
+	// ErrorPayloadTooLarge is returned by Publish when a payload exceeds the
+	// connection's maximum payload size (see WithMaxPayloadSize).
+	ErrorPayloadTooLarge = errors.New("redq: payload too large")
+	// ErrorNotRedis is returned by operations that need a Redis-backed
+	// connection (for example a Cleaner) when given a test double.
+	ErrorNotRedis = errors.New("redq: not a Redis-backed connection")
+)
+
+// ArgumentError describes bad input: which argument and why. Nothing was
+// changed in Redis when it is returned. It matches ErrorInvalidArgument.
+type ArgumentError struct {
+	Arg    string // the argument's name, e.g. "queue name" or "prefetchLimit"
+	Value  any    // the value that was given
+	Reason string // what is wrong with it
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("redq: invalid %s %#v: %s", e.Arg, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrorInvalidArgument) true.
+func (e *ArgumentError) Is(target error) bool { return target == ErrorInvalidArgument }
+
+func argError(arg string, value any, reason string) error {
+	return &ArgumentError{Arg: arg, Value: value, Reason: reason}
+}
+
+// HeartbeatError is sent to the error channel when refreshing the
+// connection's heartbeat fails. Count is the number of consecutive failures;
+// when it reaches the heartbeat error limit the connection stops all
+// consuming, so that it does not work on deliveries a cleaner may return.
+type HeartbeatError struct {
+	RedisErr error
+	Count    int
+}
+
+func (e *HeartbeatError) Error() string {
+	return fmt.Sprintf("redq: heartbeat error (consecutive count %d): %v", e.Count, e.RedisErr)
+}
+
+// Unwrap returns the underlying Redis error.
+func (e *HeartbeatError) Unwrap() error { return e.RedisErr }
+
+// ConsumeError is sent to the error channel when fetching deliveries for a
+// queue fails. Consuming pauses and retries; Count is the number of
+// consecutive failures and drops back to zero once Redis answers again.
+type ConsumeError struct {
+	Queue    string
+	RedisErr error
+	Count    int
+}
+
+func (e *ConsumeError) Error() string {
+	return fmt.Sprintf("redq: consume error on queue %q (consecutive count %d): %v", e.Queue, e.Count, e.RedisErr)
+}
+
+// Unwrap returns the underlying Redis error.
+func (e *ConsumeError) Unwrap() error { return e.RedisErr }
+
+// DeliveryError is sent to the error channel when Ack, Reject or Push of a
+// delivery fails with a Redis error and is being retried. Count is the
+// number of consecutive failures for that delivery.
+type DeliveryError struct {
+	Delivery Delivery
+	RedisErr error
+	Count    int
+}
+
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("redq: delivery error (consecutive count %d): %v", e.Count, e.RedisErr)
+}
+
+// Unwrap returns the underlying Redis error.
+func (e *DeliveryError) Unwrap() error { return e.RedisErr }

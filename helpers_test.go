@@ -1,0 +1,130 @@
+package redq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq/internal/redistest"
+)
+
+// realRedis is one redis-server for the whole test binary; tests isolate
+// themselves with a namespace of their own. It is nil when the binary is
+// missing and REDQ_REQUIRE_REDIS is not 1.
+var realRedis *redistest.Server
+
+func TestMain(m *testing.M) {
+	if helper := os.Getenv(helperEnv); helper != "" {
+		os.Exit(runHelper(helper))
+	}
+	srv, err := redistest.StartMain()
+	switch {
+	case err == nil:
+		realRedis = srv
+	case redistest.Required():
+		fmt.Fprintln(os.Stderr, "REDQ_REQUIRE_REDIS=1 but no real Redis:", err)
+		os.Exit(1)
+	default:
+		fmt.Fprintln(os.Stderr, "real-Redis tests skipped:", err)
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+// backend is one Redis a scenario runs on.
+type backend struct {
+	name   string
+	client redis.UniversalClient
+	mini   *miniredis.Miniredis // nil on real Redis
+}
+
+var nsCounter atomic.Int64
+
+// namespace returns a namespace no other test uses.
+func namespace() Option {
+	return WithNamespace(fmt.Sprintf("t%d-%d", os.Getpid(), nsCounter.Add(1)))
+}
+
+// forEachBackend runs f on miniredis and on the real redis-server.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		f(t, backend{name: "miniredis", client: c, mini: m})
+	})
+	t.Run("redis", func(t *testing.T) {
+		c := realClient(t)
+		f(t, backend{name: "redis", client: c})
+	})
+}
+
+func realClient(t testing.TB) *redis.Client {
+	t.Helper()
+	if realRedis == nil {
+		if redistest.Required() {
+			t.Fatal("REDQ_REQUIRE_REDIS=1 but redis-server is not available")
+		}
+		t.Skip("redis-server not found; set REDQ_REQUIRE_REDIS=1 to make this an error")
+	}
+	return realRedis.Client(t)
+}
+
+// openT opens a connection in a namespace of the test's own and stops it at
+// the end of the test.
+func openT(t testing.TB, b backend, tag string, opts ...Option) *redisConnection {
+	t.Helper()
+	c, err := openConn(b.client, tag, nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-c.StopAllConsuming() })
+	return c
+}
+
+func openConn(client redis.UniversalClient, tag string, errChan chan<- error, opts ...Option) (*redisConnection, error) {
+	c, err := Open(context.Background(), tag, client, errChan, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*redisConnection), nil
+}
+
+func openQueue(t testing.TB, c Connection, name string) *redisQueue {
+	t.Helper()
+	q, err := c.OpenQueue(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.(*redisQueue)
+}
+
+// eventually polls cond until it holds or the generous bound passes.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func mustStats(t testing.TB, c Connection, queues ...string) Stats {
+	t.Helper()
+	s, err := c.CollectStats(queues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

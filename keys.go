@@ -1,0 +1,68 @@
+package redq
+
+import "fmt"
+
+// Redis layout. Global keys share the hash tag {ns} so the scripts that
+// touch the connections set and heartbeats stay in one cluster slot:
+//
+//	{ns}:connections          set of connection names
+//	{ns}:queues               set of queue names
+//	{ns}:hb:<connection>      heartbeat, expires after the heartbeat TTL
+//
+// Every key of one queue carries the queue's hash tag {name}:
+//
+//	ns:{name}:ready                list of envelopes, published LPUSH, taken RPOP
+//	ns:{name}:rejected             list of envelopes
+//	ns:{name}:consumers            hash connection -> number of consumers; a
+//	                               connection may hold unacked deliveries of the
+//	                               queue only while it has a field here
+//	ns:{name}:unacked:<connection> hash delivery id -> envelope
+//	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
+//
+// Names are validated (see validName) so that no name can produce another
+// queue's keys: they cannot contain braces, colons or white space.
+
+const maxNameLength = 200
+
+// validName reports why s cannot be used as a queue name, namespace or tag,
+// or "" when it can.
+func validName(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if len(s) > maxNameLength {
+		return fmt.Sprintf("must be at most %d bytes, is %d", maxNameLength, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-', c == '_', c == '.', c == '/', c == '@', c == '+', c == '=':
+		default:
+			return fmt.Sprintf("byte %d (%q) is not allowed; use letters, digits and - _ . / @ + =", i, c)
+		}
+	}
+	return ""
+}
+
+type globalKeys struct {
+	ns, connections, queues string
+}
+
+func newGlobalKeys(ns string) globalKeys {
+	g := "{" + ns + "}"
+	return globalKeys{ns: ns, connections: g + ":connections", queues: g + ":queues"}
+}
+
+func (g globalKeys) heartbeat(conn string) string { return "{" + g.ns + "}:hb:" + conn }
+
+type queueKeys struct {
+	prefix, ready, rejected, consumers, seq string
+}
+
+func newQueueKeys(ns, name string) queueKeys {
+	p := ns + ":{" + name + "}"
+	return queueKeys{prefix: p, ready: p + ":ready", rejected: p + ":rejected", consumers: p + ":consumers", seq: p + ":seq"}
+}
+
+func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" + conn }

@@ -1,0 +1,91 @@
+package redq
+
+import "time"
+
+// Defaults, chosen as rmq's so that a program moving over behaves the same.
+const (
+	DefaultNamespace           = "redq"
+	DefaultHeartbeatInterval   = time.Second
+	DefaultHeartbeatTTL        = time.Minute
+	DefaultHeartbeatErrorLimit = 45
+	// DefaultMaxPayloadSize is Redis's own limit for a string: 512 MiB.
+	DefaultMaxPayloadSize = 512 << 20
+)
+
+// Option configures a connection; pass options to Open or to any of the
+// OpenConnection forms.
+type Option func(*options) error
+
+type options struct {
+	namespace           string
+	heartbeatInterval   time.Duration
+	heartbeatTTL        time.Duration
+	heartbeatErrorLimit int
+	maxPayloadSize      int
+}
+
+func defaultOptions() options {
+	return options{
+		namespace:           DefaultNamespace,
+		heartbeatInterval:   DefaultHeartbeatInterval,
+		heartbeatTTL:        DefaultHeartbeatTTL,
+		heartbeatErrorLimit: DefaultHeartbeatErrorLimit,
+		maxPayloadSize:      DefaultMaxPayloadSize,
+	}
+}
+
+// WithNamespace sets the prefix of every Redis key, so that several
+// applications can share one Redis. The default is "redq". Connections see
+// each other's queues only within one namespace.
+func WithNamespace(ns string) Option {
+	return func(o *options) error {
+		if why := validName(ns); why != "" {
+			return argError("namespace", ns, why)
+		}
+		o.namespace = ns
+		return nil
+	}
+}
+
+// WithHeartbeat sets how often the connection refreshes its heartbeat and
+// after how long without a refresh it counts as dead, so that a cleaner may
+// return its unacked deliveries. The TTL must be longer than the interval.
+// Defaults: every second, dead after a minute.
+func WithHeartbeat(interval, ttl time.Duration) Option {
+	return func(o *options) error {
+		if interval < time.Millisecond {
+			return argError("heartbeat interval", interval, "must be at least 1ms")
+		}
+		if ttl <= interval {
+			return argError("heartbeat TTL", ttl, "must be longer than the interval "+interval.String())
+		}
+		o.heartbeatInterval, o.heartbeatTTL = interval, ttl
+		return nil
+	}
+}
+
+// WithHeartbeatErrorLimit sets after how many consecutive failed heartbeats
+// the connection stops all consuming (default 45, which with the default
+// interval is before the default TTL runs out).
+func WithHeartbeatErrorLimit(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return argError("heartbeat error limit", n, "must be at least 1")
+		}
+		o.heartbeatErrorLimit = n
+		return nil
+	}
+}
+
+// WithMaxPayloadSize sets the largest payload Publish accepts, in bytes
+// (default 512 MiB, Redis's own limit). Larger payloads get
+// ErrorPayloadTooLarge and nothing is published.
+func WithMaxPayloadSize(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return argError("max payload size", n, "must be at least 1")
+		}
+		o.maxPayloadSize = n
+		return nil
+	}
+}

@@ -1,0 +1,737 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Queue is a named queue: publish to it, consume from it, and manage its
+// ready, rejected and unacked deliveries.
+type Queue interface {
+	// Publish adds payloads to the queue in one round trip.
+	Publish(payload ...string) error
+	// PublishBytes adds payloads to the queue in one round trip.
+	PublishBytes(payload ...[]byte) error
+	// PublishContext is Publish with a context.
+	PublishContext(ctx context.Context, payload ...string) error
+	// PublishBytesContext is PublishBytes with a context.
+	PublishBytesContext(ctx context.Context, payload ...[]byte) error
+	// Put publishes one payload with options, for example Header(h).
+	Put(ctx context.Context, payload []byte, opts ...PublishOption) error
+	// SetPushQueue sets where Push moves deliveries (nil: Push rejects).
+	SetPushQueue(pushQueue Queue)
+	// StartConsuming starts fetching deliveries: up to prefetchLimit are
+	// held by this connection at a time, and an idle queue waits on Redis
+	// for at most pollDuration per call (a publish wakes it at once).
+	StartConsuming(prefetchLimit int64, pollDuration time.Duration) error
+	// StopConsuming stops fetching; consumers finish their current delivery.
+	// Deliveries fetched but not yet handed to a consumer go back to the
+	// head of ready. The channel is closed when all that is done.
+	StopConsuming() <-chan struct{}
+	// AddConsumer starts a goroutine that calls consumer for each delivery
+	// and returns the consumer's name.
+	AddConsumer(tag string, consumer Consumer) (string, error)
+	// AddConsumerFunc is AddConsumer for a function.
+	AddConsumerFunc(tag string, consumerFunc ConsumerFunc) (string, error)
+	// AddBatchConsumer starts a goroutine that calls consumer with up to
+	// batchSize deliveries, or fewer once timeout passed since the first.
+	AddBatchConsumer(tag string, batchSize int64, timeout time.Duration, consumer BatchConsumer) (string, error)
+	// AddBatchConsumerFunc is AddBatchConsumer for a function.
+	AddBatchConsumerFunc(tag string, batchSize int64, timeout time.Duration, batchConsumerFunc BatchConsumerFunc) (string, error)
+	// ReturnUnacked moves up to max of this connection's unacked deliveries
+	// of the queue back to the head of ready.
+	ReturnUnacked(max int64) (int64, error)
+	// ReturnRejected moves up to max rejected deliveries back to ready.
+	ReturnRejected(max int64) (int64, error)
+	// PurgeReady deletes all ready deliveries and returns how many.
+	PurgeReady() (int64, error)
+	// PurgeRejected deletes all rejected deliveries and returns how many.
+	PurgeRejected() (int64, error)
+	// Destroy purges ready and rejected and unlists the queue. Unacked
+	// deliveries stay with their connections and can still be acked.
+	Destroy() (readyCount, rejectedCount int64, err error)
+	// Drain removes up to count ready deliveries and returns their payloads.
+	Drain(count int64) ([]string, error)
+	// Remove deletes ready deliveries (and rejected ones if
+	// removeFromRejected) whose payload equals payload: all of them when
+	// count is 0, else at most count.
+	Remove(payload string, count int64, removeFromRejected bool) error
+}
+
+// PublishOption sets a property of a published delivery (see Put).
+type PublishOption func(*publishOptions)
+
+type publishOptions struct {
+	header http.Header
+}
+
+// Header attaches headers to a published delivery; the consumer reads them
+// with Delivery.Header.
+func Header(h http.Header) PublishOption {
+	return func(o *publishOptions) { o.header = h }
+}
+
+const (
+	stateIdle = iota
+	stateConsuming
+	stateStopped
+
+	// fetchChunk bounds how many deliveries one fetch script call moves.
+	fetchChunk = 1000
+)
+
+type redisQueue struct {
+	name       string
+	conn       *redisConnection
+	keys       queueKeys
+	unackedKey string
+	pushQueue  atomic.Pointer[redisQueue]
+
+	mu            sync.Mutex
+	state         int
+	prefetchLimit int64
+	pollDuration  time.Duration
+	buf           chan *redisDelivery
+	room          chan struct{}
+	stop          chan struct{}
+	stopDone      chan struct{}
+	cancel        context.CancelFunc
+	workers       sync.WaitGroup
+	consumers     int64
+	leftovers     []*redisDelivery
+}
+
+func newQueue(c *redisConnection, name string) *redisQueue {
+	k := newQueueKeys(c.opts.namespace, name)
+	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name)}
+}
+
+func (q *redisQueue) String() string { return q.name }
+
+// Publishing
+
+func (q *redisQueue) Publish(payload ...string) error {
+	return q.PublishContext(context.Background(), payload...)
+}
+
+func (q *redisQueue) PublishBytes(payload ...[]byte) error {
+	return q.PublishBytesContext(context.Background(), payload...)
+}
+
+func (q *redisQueue) PublishContext(ctx context.Context, payload ...string) error {
+	bs := make([][]byte, len(payload))
+	for i, p := range payload {
+		bs[i] = []byte(p)
+	}
+	return q.publish(ctx, nil, bs)
+}
+
+func (q *redisQueue) PublishBytesContext(ctx context.Context, payload ...[]byte) error {
+	return q.publish(ctx, nil, payload)
+}
+
+func (q *redisQueue) Put(ctx context.Context, payload []byte, opts ...PublishOption) error {
+	var o publishOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return q.publish(ctx, o.header, [][]byte{payload})
+}
+
+func (q *redisQueue) publish(ctx context.Context, header http.Header, payloads [][]byte) error {
+	if len(payloads) == 0 {
+		return nil
+	}
+	if q.conn.isStopped() {
+		return ErrorConsumingStopped
+	}
+	args := make([]any, len(payloads))
+	for i, p := range payloads {
+		if len(p) > q.conn.opts.maxPayloadSize {
+			return fmt.Errorf("%w: payload %d is %d bytes, the maximum is %d", ErrorPayloadTooLarge, i, len(p), q.conn.opts.maxPayloadSize)
+		}
+		env, err := encodeEnvelope(q.conn.ids, header, p)
+		if err != nil {
+			return argError("header", header, err.Error())
+		}
+		args[i] = env
+	}
+	if err := q.conn.client.LPush(ctx, q.keys.ready, args...).Err(); err != nil {
+		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
+	}
+	return nil
+}
+
+func (q *redisQueue) SetPushQueue(pushQueue Queue) {
+	rq, _ := pushQueue.(*redisQueue)
+	q.pushQueue.Store(rq)
+}
+
+// Consuming
+
+func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Duration) error {
+	if prefetchLimit < 1 {
+		return argError("prefetchLimit", prefetchLimit, "must be at least 1")
+	}
+	if pollDuration <= 0 {
+		return argError("pollDuration", pollDuration, "must be positive")
+	}
+	if q.conn.isStopped() {
+		return ErrorConsumingStopped
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.state {
+	case stateConsuming:
+		return ErrorAlreadyConsuming
+	case stateStopped:
+		return ErrorConsumingStopped
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// Register this connection for the queue before taking anything: the
+	// fetch script refuses connections that are not registered, and a
+	// cleaner unregisters a dead connection in the same step that returns
+	// its deliveries.
+	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err()
+	if err != nil {
+		cancel()
+		return fmt.Errorf("redq: start consuming %q: %w", q.name, err)
+	}
+	q.state = stateConsuming
+	q.prefetchLimit, q.pollDuration = prefetchLimit, pollDuration
+	q.buf = make(chan *redisDelivery, prefetchLimit)
+	q.room = make(chan struct{}, 1)
+	q.stop = make(chan struct{})
+	q.cancel = cancel
+	q.workers.Add(1)
+	go q.fetchLoop(ctx)
+	return nil
+}
+
+func (q *redisQueue) StopConsuming() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.state {
+	case stateIdle:
+		q.state = stateStopped
+		q.stopDone = make(chan struct{})
+		close(q.stopDone)
+		return q.stopDone
+	case stateStopped:
+		return q.stopDone
+	}
+	q.state = stateStopped
+	q.stopDone = make(chan struct{})
+	close(q.stop)
+	go func() {
+		q.workers.Wait()
+		q.cancel()
+		q.returnBuffered()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "0").Err()
+		close(q.stopDone)
+	}()
+	return q.stopDone
+}
+
+// returnBuffered hands deliveries that were fetched but never given to a
+// consumer back to the head of ready, oldest taken first, so another worker
+// can take them without waiting for this connection to die.
+func (q *redisQueue) returnBuffered() {
+	q.mu.Lock()
+	pending := q.leftovers
+	q.leftovers = nil
+	q.mu.Unlock()
+	for {
+		select {
+		case d := <-q.buf:
+			pending = append(pending, d)
+			continue
+		default:
+		}
+		break
+	}
+	if len(pending) == 0 {
+		return
+	}
+	ids := make([]string, len(pending))
+	for i, d := range pending {
+		ids[len(pending)-1-i] = d.id // RPUSH the newest first: the oldest ends at the head
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for len(ids) > 0 {
+		n := min(len(ids), fetchChunk)
+		if _, _, err := q.move(ctx, ids[:n], q.keys.ready, "R"); err != nil {
+			// They stay in this connection's unacked storage; a cleaner
+			// returns them once the connection's heartbeat is gone.
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
+			return
+		}
+		ids = ids[n:]
+	}
+}
+
+func (q *redisQueue) addConsumer(tag string, run func()) (string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.state {
+	case stateIdle:
+		return "", ErrorNotConsuming
+	case stateStopped:
+		return "", ErrorConsumingStopped
+	}
+	q.consumers++
+	name := fmt.Sprintf("%s-%d", tag, q.consumers)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, q.consumers, "0").Err()
+	if err != nil {
+		q.consumers--
+		return "", fmt.Errorf("redq: add consumer to %q: %w", q.name, err)
+	}
+	q.workers.Add(1)
+	go func() {
+		defer q.workers.Done()
+		run()
+	}()
+	return name, nil
+}
+
+func (q *redisQueue) AddConsumer(tag string, consumer Consumer) (string, error) {
+	if consumer == nil {
+		return "", argError("consumer", consumer, "must not be nil")
+	}
+	return q.addConsumer(tag, func() { q.consume(consumer) })
+}
+
+func (q *redisQueue) AddConsumerFunc(tag string, consumerFunc ConsumerFunc) (string, error) {
+	if consumerFunc == nil {
+		return "", argError("consumer func", consumerFunc, "must not be nil")
+	}
+	return q.AddConsumer(tag, consumerFunc)
+}
+
+func (q *redisQueue) AddBatchConsumer(tag string, batchSize int64, timeout time.Duration, consumer BatchConsumer) (string, error) {
+	if consumer == nil {
+		return "", argError("batch consumer", consumer, "must not be nil")
+	}
+	if batchSize < 1 {
+		return "", argError("batchSize", batchSize, "must be at least 1")
+	}
+	if timeout <= 0 {
+		return "", argError("batch timeout", timeout, "must be positive")
+	}
+	return q.addConsumer(tag, func() { q.consumeBatches(batchSize, timeout, consumer) })
+}
+
+func (q *redisQueue) AddBatchConsumerFunc(tag string, batchSize int64, timeout time.Duration, batchConsumerFunc BatchConsumerFunc) (string, error) {
+	if batchConsumerFunc == nil {
+		return "", argError("batch consumer func", batchConsumerFunc, "must not be nil")
+	}
+	return q.AddBatchConsumer(tag, batchSize, timeout, batchConsumerFunc)
+}
+
+// fetchLoop keeps the buffer filled. It refills when the buffer is at most
+// half full, moving up to the free room from ready to this connection's
+// unacked storage in one script call. When ready is empty it blocks on
+// Redis until something is published or pollDuration passes.
+func (q *redisQueue) fetchLoop(ctx context.Context) {
+	defer q.workers.Done()
+	low := q.prefetchLimit / 2
+	errCount := 0
+	for {
+		select {
+		case <-q.stop:
+			return
+		default:
+		}
+		if n := int64(len(q.buf)); n > low {
+			select {
+			case <-q.stop:
+				return
+			case <-q.room:
+			}
+			continue
+		}
+		want := min(q.prefetchLimit-int64(len(q.buf)), fetchChunk)
+		got, err := q.fetch(ctx, want)
+		if err == nil && int64(got) < want {
+			err = q.waitForReady(ctx)
+		}
+		if err != nil {
+			if isLost(err) {
+				go q.conn.connectionLost()
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			errCount++
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: err, Count: errCount})
+			select {
+			case <-q.stop:
+				return
+			case <-time.After(backoff(errCount, min(q.pollDuration, time.Second))):
+			}
+			continue
+		}
+		errCount = 0
+	}
+}
+
+// backoff returns how long to wait after the n-th consecutive failure:
+// doubling from 10ms up to limit.
+func backoff(n int, limit time.Duration) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
+	res, err := scripts.fetch.Run(ctx, q.conn.client,
+		[]string{q.keys.ready, q.unackedKey, q.keys.consumers, q.keys.seq}, q.conn.name, n).StringSlice()
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range res {
+		env, _ := decodeEnvelope(s)
+		q.buf <- &redisDelivery{q: q, id: env.id, payload: env.payload, header: env.header}
+	}
+	return len(res), nil
+}
+
+// waitForReady blocks until ready holds something, without taking it: the
+// element is moved from the tail of ready to the tail of ready. Blocking
+// this way means nothing ever sits outside ready and unacked storage, and a
+// publish wakes the consumer at once.
+func (q *redisQueue) waitForReady(ctx context.Context) error {
+	c := q.conn.client
+	var err error
+	if q.pollDuration < time.Second {
+		// go-redis rounds BLMOVE's timeout to whole seconds; send the
+		// fraction ourselves (within the client's default read timeout).
+		secs := strconv.FormatFloat(max(q.pollDuration.Seconds(), 0.001), 'f', 3, 64)
+		err = c.Do(ctx, "BLMOVE", q.keys.ready, q.keys.ready, "RIGHT", "RIGHT", secs).Err()
+	} else {
+		err = c.BLMove(ctx, q.keys.ready, q.keys.ready, "RIGHT", "RIGHT", q.pollDuration.Truncate(time.Second)).Err()
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
+// next waits for the next delivery; false once consuming stops.
+func (q *redisQueue) next() (*redisDelivery, bool) {
+	select {
+	case <-q.stop:
+		return nil, false
+	default:
+	}
+	select {
+	case <-q.stop:
+		return nil, false
+	case d := <-q.buf:
+		q.signalRoom()
+		return d, true
+	}
+}
+
+func (q *redisQueue) signalRoom() {
+	select {
+	case q.room <- struct{}{}:
+	default:
+	}
+}
+
+func (q *redisQueue) consume(consumer Consumer) {
+	for {
+		d, ok := q.next()
+		if !ok {
+			return
+		}
+		consumer.Consume(d)
+	}
+}
+
+func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer BatchConsumer) {
+	for {
+		d, ok := q.next()
+		if !ok {
+			return
+		}
+		batch := Deliveries{d}
+		timer := time.NewTimer(timeout)
+	collect:
+		for int64(len(batch)) < size {
+			select {
+			case d := <-q.buf:
+				q.signalRoom()
+				batch = append(batch, d)
+			case <-timer.C:
+				break collect
+			case <-q.stop:
+				timer.Stop()
+				q.mu.Lock()
+				for _, d := range batch {
+					q.leftovers = append(q.leftovers, d.(*redisDelivery))
+				}
+				q.mu.Unlock()
+				return
+			}
+		}
+		timer.Stop()
+		consumer.Consume(batch)
+	}
+}
+
+// Moves of this connection's unacked deliveries
+
+// move moves deliveries of this connection from unacked to dest ("L" for
+// the tail, "R" for the head) in one script call. It returns per delivery
+// whether it was moved and whether the connection is still registered.
+func (q *redisQueue) move(ctx context.Context, ids []string, dest, end string) (moved []bool, registered bool, err error) {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, q.conn.name, end)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	v, err := scripts.move.Run(ctx, q.conn.client, []string{q.unackedKey, q.keys.consumers, dest}, args...).Result()
+	if err != nil {
+		return nil, false, err
+	}
+	return flags(v, len(ids))
+}
+
+// flags reads a {registered, r1..rn} script reply.
+func flags(v any, n int) ([]bool, bool, error) {
+	ns, err := int64s(v)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ns) != n+1 {
+		return nil, false, fmt.Errorf("redq: script replied %d results for %d deliveries", len(ns)-1, n)
+	}
+	out := make([]bool, n)
+	for i := range out {
+		out[i] = ns[i+1] == 1
+	}
+	return out, ns[0] == 1, nil
+}
+
+// Management
+
+func (q *redisQueue) ReturnUnacked(max int64) (int64, error) {
+	return q.returnUnacked(context.Background(), q.conn.name, max, false)
+}
+
+// returnUnacked moves up to max deliveries of conn's unacked hash back to
+// ready in bounded chunks. With unregister (a cleaner on a dead
+// connection), the connection is unregistered from the queue in the step
+// that empties its hash.
+func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, unregister bool) (int64, error) {
+	if max < 0 {
+		return 0, argError("max", max, "must not be negative")
+	}
+	un := "0"
+	if unregister {
+		un = "1"
+	}
+	keys := []string{q.keys.unacked(conn), q.keys.ready, q.keys.consumers}
+	var total int64
+	cursor := "0"
+	for total < max || (unregister && max == 0) {
+		chunk := min(max-total, fetchChunk)
+		if unregister {
+			chunk = fetchChunk
+		}
+		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, keys, conn, chunk, cursor, un).Slice()
+		if err != nil {
+			return total, fmt.Errorf("redq: return unacked of %s on %q: %w", conn, q.name, err)
+		}
+		if len(res) != 3 {
+			return total, errors.New("redq: unexpected reply from return_unacked")
+		}
+		moved, _ := res[0].(int64)
+		cursor, _ = res[1].(string)
+		remaining, _ := res[2].(int64)
+		total += moved
+		if remaining == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+func (q *redisQueue) ReturnRejected(max int64) (int64, error) {
+	if max < 0 {
+		return 0, argError("max", max, "must not be negative")
+	}
+	ctx := context.Background()
+	var total int64
+	for total < max {
+		n, err := scripts.returnRejected.Run(ctx, q.conn.client, []string{q.keys.rejected, q.keys.ready}, min(max-total, fetchChunk)).Int64()
+		if err != nil {
+			return total, fmt.Errorf("redq: return rejected on %q: %w", q.name, err)
+		}
+		total += n
+		if n == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+func (q *redisQueue) purge(ctx context.Context, keys ...string) ([]int64, error) {
+	v, err := scripts.purge.Run(ctx, q.conn.client, keys).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redq: purge %q: %w", q.name, err)
+	}
+	return int64s(v)
+}
+
+func (q *redisQueue) PurgeReady() (int64, error) {
+	n, err := q.purge(context.Background(), q.keys.ready)
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+func (q *redisQueue) PurgeRejected() (int64, error) {
+	n, err := q.purge(context.Background(), q.keys.rejected)
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
+	ctx := context.Background()
+	n, err := q.purge(ctx, q.keys.ready, q.keys.rejected)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := q.conn.client.SRem(ctx, q.conn.keys.queues, q.name).Err(); err != nil {
+		return n[0], n[1], fmt.Errorf("redq: unlist queue %q: %w", q.name, err)
+	}
+	return n[0], n[1], nil
+}
+
+func (q *redisQueue) Drain(count int64) ([]string, error) {
+	if count < 0 {
+		return nil, argError("count", count, "must not be negative")
+	}
+	if count == 0 {
+		return nil, nil
+	}
+	items, err := q.conn.client.RPopCount(context.Background(), q.keys.ready, int(count)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redq: drain %q: %w", q.name, err)
+	}
+	out := make([]string, len(items))
+	for i, s := range items {
+		env, _ := decodeEnvelope(s)
+		out[i] = env.payload
+	}
+	return out, nil
+}
+
+func (q *redisQueue) Remove(payload string, count int64, removeFromRejected bool) error {
+	if count < 0 {
+		return argError("count", count, "must not be negative")
+	}
+	ctx := context.Background()
+	removed, err := q.removeFrom(ctx, q.keys.ready, payload, count)
+	if err != nil || !removeFromRejected || (count > 0 && removed >= count) {
+		return err
+	}
+	if count > 0 {
+		count -= removed
+	}
+	_, err = q.removeFrom(ctx, q.keys.rejected, payload, count)
+	return err
+}
+
+// removeFrom scans a list in chunks and removes envelopes whose payload
+// matches, each with an exact LREM (envelopes are unique by id).
+func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count int64) (int64, error) {
+	const chunk = 1000
+	var removed int64
+	for start := int64(0); ; start += chunk {
+		items, err := q.conn.client.LRange(ctx, key, start, start+chunk-1).Result()
+		if err != nil {
+			return removed, fmt.Errorf("redq: remove from %q: %w", q.name, err)
+		}
+		var match []string
+		for _, s := range items {
+			if env, _ := decodeEnvelope(s); env.payload == payload {
+				match = append(match, s)
+				if count > 0 && removed+int64(len(match)) >= count {
+					break
+				}
+			}
+		}
+		if len(match) > 0 {
+			pipe := q.conn.client.Pipeline()
+			cmds := make([]*redis.IntCmd, len(match))
+			for i, s := range match {
+				cmds[i] = pipe.LRem(ctx, key, 1, s)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return removed, fmt.Errorf("redq: remove from %q: %w", q.name, err)
+			}
+			for _, c := range cmds {
+				removed += c.Val()
+			}
+			start -= int64(len(match)) // the list shifted left
+		}
+		if (count > 0 && removed >= count) || len(items) < chunk {
+			return removed, nil
+		}
+	}
+}
+
+// destination is the list a verb moves deliveries to.
+func (q *redisQueue) destination(verb string) string {
+	if verb == "push" {
+		if pq := q.pushQueue.Load(); pq != nil {
+			return pq.keys.ready
+		}
+	}
+	return q.keys.rejected
+}
+
+// apply runs a verb ("ack", "reject" or "push") on many deliveries of this
+// queue in one script call.
+func (q *redisQueue) apply(ctx context.Context, verb string, ids []string) ([]bool, bool, error) {
+	if verb == "ack" {
+		v, err := scripts.ack.Run(ctx, q.conn.client, []string{q.unackedKey, q.keys.consumers}, ackArgs(q.conn.name, ids)...).Result()
+		if err != nil {
+			return nil, false, err
+		}
+		return flags(v, len(ids))
+	}
+	return q.move(ctx, ids, q.destination(verb), "L")
+}
+
+func ackArgs(conn string, ids []string) []any {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, conn)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
+}

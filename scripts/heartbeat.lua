@@ -1,0 +1,9 @@
+-- Refresh a connection's heartbeat, unless a cleaner declared it dead
+-- (removed it from the connections set). Returns 1, or 0 when dead.
+-- KEYS[1] connections set, KEYS[2] heartbeat key
+-- ARGV[1] connection name, ARGV[2] heartbeat TTL in ms
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+return 1

@@ -1,0 +1,193 @@
+package redq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Stats is a snapshot of queue counts, read in two round trips.
+type Stats struct {
+	// QueueStats holds one entry per requested queue.
+	QueueStats map[string]QueueStat `json:"queues"`
+	// OtherConnections lists registered connections that consume none of
+	// the requested queues (publishers, idle workers), with whether their
+	// heartbeat is alive.
+	OtherConnections map[string]bool `json:"otherConnections"`
+}
+
+// QueueStat holds the counts of one queue.
+type QueueStat struct {
+	ReadyCount    int64 `json:"ready"`
+	RejectedCount int64 `json:"rejected"`
+	// Connections holds, per connection registered for the queue, its
+	// unacked count, consumer count and whether it is alive.
+	Connections map[string]ConnectionStat `json:"connections"`
+}
+
+// ConnectionStat is one connection's part in a queue.
+type ConnectionStat struct {
+	// Active is true while the connection's heartbeat is alive; a dead
+	// connection's deliveries go back to ready when a cleaner runs.
+	Active        bool  `json:"active"`
+	UnackedCount  int64 `json:"unacked"`
+	ConsumerCount int64 `json:"consumers"`
+}
+
+// UnackedCount returns the deliveries held by all connections.
+func (s QueueStat) UnackedCount() int64 {
+	var n int64
+	for _, c := range s.Connections {
+		n += c.UnackedCount
+	}
+	return n
+}
+
+// ConsumerCount returns the consumers of all connections.
+func (s QueueStat) ConsumerCount() int64 {
+	var n int64
+	for _, c := range s.Connections {
+		n += c.ConsumerCount
+	}
+	return n
+}
+
+// ConnectionCount returns how many connections are registered for the queue.
+func (s QueueStat) ConnectionCount() int64 { return int64(len(s.Connections)) }
+
+// MarshalJSON adds the totals (unacked, consumers, connectionCount) to the
+// JSON form so machines need not add them up.
+func (s QueueStat) MarshalJSON() ([]byte, error) {
+	type plain QueueStat
+	return json.Marshal(struct {
+		plain
+		Unacked         int64 `json:"unacked"`
+		Consumers       int64 `json:"consumers"`
+		ConnectionCount int64 `json:"connectionCount"`
+	}{plain(s), s.UnackedCount(), s.ConsumerCount(), s.ConnectionCount()})
+}
+
+// Names returns the queue names in order.
+func (s Stats) Names() []string {
+	names := make([]string, 0, len(s.QueueStats))
+	for n := range s.QueueStats {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// String renders the stats as a plain text table.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-30s %10s %10s %10s %10s %12s\n", "queue", "ready", "rejected", "unacked", "consumers", "connections")
+	for _, name := range s.Names() {
+		q := s.QueueStats[name]
+		fmt.Fprintf(&b, "%-30s %10d %10d %10d %10d %12d\n", name, q.ReadyCount, q.RejectedCount, q.UnackedCount(), q.ConsumerCount(), q.ConnectionCount())
+		conns := make([]string, 0, len(q.Connections))
+		for c := range q.Connections {
+			conns = append(conns, c)
+		}
+		sort.Strings(conns)
+		for _, c := range conns {
+			cs := q.Connections[c]
+			fmt.Fprintf(&b, "  %-28s %10s %10s %10d %10d %12s\n", c, "", "", cs.UnackedCount, cs.ConsumerCount, activeWord(cs.Active))
+		}
+	}
+	others := make([]string, 0, len(s.OtherConnections))
+	for c := range s.OtherConnections {
+		others = append(others, c)
+	}
+	sort.Strings(others)
+	for _, c := range others {
+		fmt.Fprintf(&b, "connection %s %s\n", c, activeWord(s.OtherConnections[c]))
+	}
+	return b.String()
+}
+
+func activeWord(active bool) string {
+	if active {
+		return "active"
+	}
+	return "dead"
+}
+
+func (c *redisConnection) CollectStats(queueList []string) (Stats, error) {
+	return c.CollectStatsContext(context.Background(), queueList)
+}
+
+func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []string) (Stats, error) {
+	stats := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
+	for _, name := range queueList {
+		if why := validName(name); why != "" {
+			return stats, argError("queue name", name, why)
+		}
+	}
+	// Round trip 1: list lengths, registered connections per queue, and
+	// the connections set.
+	type queueCmds struct {
+		keys            queueKeys
+		ready, rejected *redis.IntCmd
+		consumers       *redis.MapStringStringCmd
+	}
+	pipe := c.client.Pipeline()
+	qc := make([]queueCmds, len(queueList))
+	for i, name := range queueList {
+		k := newQueueKeys(c.opts.namespace, name)
+		qc[i] = queueCmds{keys: k, ready: pipe.LLen(ctx, k.ready), rejected: pipe.LLen(ctx, k.rejected), consumers: pipe.HGetAll(ctx, k.consumers)}
+	}
+	members := pipe.SMembers(ctx, c.keys.connections)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return stats, fmt.Errorf("redq: collect stats: %w", err)
+	}
+	registered := map[string]bool{}
+	for _, m := range members.Val() {
+		registered[m] = true
+	}
+	// Round trip 2: unacked counts and heartbeats.
+	pipe = c.client.Pipeline()
+	unacked := make([]map[string]*redis.IntCmd, len(queueList))
+	beats := map[string]*redis.IntCmd{}
+	beat := func(conn string) {
+		if beats[conn] == nil {
+			beats[conn] = pipe.Exists(ctx, c.keys.heartbeat(conn))
+		}
+	}
+	for i, q := range qc {
+		unacked[i] = map[string]*redis.IntCmd{}
+		for conn := range q.consumers.Val() {
+			unacked[i][conn] = pipe.HLen(ctx, q.keys.unacked(conn))
+			beat(conn)
+		}
+	}
+	for conn := range registered {
+		beat(conn)
+	}
+	if len(beats) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return stats, fmt.Errorf("redq: collect stats: %w", err)
+		}
+	}
+	alive := func(conn string) bool { return registered[conn] && beats[conn].Val() == 1 }
+	seen := map[string]bool{}
+	for i, name := range queueList {
+		qs := QueueStat{ReadyCount: qc[i].ready.Val(), RejectedCount: qc[i].rejected.Val(), Connections: map[string]ConnectionStat{}}
+		for conn, n := range qc[i].consumers.Val() {
+			var consumers int64
+			fmt.Sscan(n, &consumers)
+			qs.Connections[conn] = ConnectionStat{Active: alive(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}
+			seen[conn] = true
+		}
+		stats.QueueStats[name] = qs
+	}
+	for conn := range registered {
+		if !seen[conn] {
+			stats.OtherConnections[conn] = alive(conn)
+		}
+	}
+	return stats, nil
+}
