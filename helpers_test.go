@@ -128,3 +128,54 @@ func mustStats(t testing.TB, c Connection, queues ...string) Stats {
 	}
 	return s
 }
+
+// holder is a consumer that keeps its deliveries without settling them.
+type holder struct{ ch chan Delivery }
+
+func (h holder) Consume(d Delivery) { h.ch <- d }
+
+// hold starts consuming q with one consumer that hands every delivery to
+// the test, and returns the first n deliveries.
+func hold(t testing.TB, q Queue, prefetch int64, n int) []Delivery {
+	t.Helper()
+	ds, _ := holdMore(t, q, prefetch, n)
+	return ds
+}
+
+// holdMore is hold that also returns the channel later deliveries arrive on.
+func holdMore(t testing.TB, q Queue, prefetch int64, n int) ([]Delivery, <-chan Delivery) {
+	t.Helper()
+	if err := q.StartConsuming(prefetch, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	h := holder{ch: make(chan Delivery, 1000+n+int(prefetch))}
+	if _, err := q.AddConsumer("holder", h); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Delivery, 0, n)
+	timeout := time.After(15 * time.Second)
+	for len(out) < n {
+		select {
+		case d := <-h.ch:
+			out = append(out, d)
+		case <-timeout:
+			t.Fatalf("got %d of %d deliveries", len(out), n)
+		}
+	}
+	return out, h.ch
+}
+
+// counts reads ready, rejected and unacked of one queue.
+func counts(t testing.TB, c Connection, queue string) (ready, rejected, unacked int64) {
+	t.Helper()
+	s := mustStats(t, c, queue).QueueStats[queue]
+	return s.ReadyCount, s.RejectedCount, s.UnackedCount()
+}
+
+func wantCounts(t testing.TB, c Connection, queue string, ready, rejected, unacked int64) {
+	t.Helper()
+	r, j, u := counts(t, c, queue)
+	if r != ready || j != rejected || u != unacked {
+		t.Fatalf("%s: ready/rejected/unacked = %d/%d/%d, want %d/%d/%d", queue, r, j, u, ready, rejected, unacked)
+	}
+}

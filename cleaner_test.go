@@ -1,0 +1,278 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pause simulates a process that stopped (SIGSTOP, a long GC pause, a
+// partition): its heartbeat stops and the key lapses. Everything else of
+// the connection keeps running, as it would after the process resumes.
+func pause(t testing.TB, b backend, c *redisConnection) {
+	t.Helper()
+	c.hbCancel()
+	<-c.hbDone
+	if err := b.client.Del(context.Background(), c.keys.heartbeat(c.name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		errs := make(chan error, 100)
+		dead, err := openConn(b.client, "dead", errs, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-dead.StopAllConsuming() })
+		live := openT(t, b, "live", ns)
+		admin := openT(t, b, "admin", ns)
+
+		// The live connection holds two deliveries of the queue and stops
+		// fetching (what it holds stays its own); then the dead one takes
+		// three and keeps running, as a paused process would.
+		ql := openQueue(t, live, "jobs")
+		if err := ql.Publish("l1", "l2"); err != nil {
+			t.Fatal(err)
+		}
+		liveHeld := hold(t, ql, 2, 2)
+		<-ql.StopConsuming()
+		qd := openQueue(t, dead, "jobs")
+		if err := qd.Publish("d1", "d2", "d3"); err != nil {
+			t.Fatal(err)
+		}
+		held := hold(t, qd, 3, 3)
+
+		// Nobody is dead yet: the cleaner touches nothing.
+		if n, err := NewCleaner(admin).Clean(); err != nil || n != 0 {
+			t.Fatalf("clean with all alive = %d, %v", n, err)
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 5)
+
+		pause(t, b, dead)
+		n, err := NewCleaner(admin).Clean()
+		if err != nil || n != 3 {
+			t.Fatalf("clean = %d, %v; want 3", n, err)
+		}
+		st := mustStats(t, admin, "jobs").QueueStats["jobs"]
+		if _, ok := st.Connections[dead.name]; ok {
+			t.Fatalf("dead connection still registered: %+v", st)
+		}
+		if st.Connections[live.name].UnackedCount != 2 || st.ReadyCount != 3 {
+			t.Fatalf("after clean: %+v", st)
+		}
+		for _, d := range liveHeld {
+			if err := d.Ack(); err != nil {
+				t.Fatalf("live ack: %v", err)
+			}
+		}
+		// The zombie learns it: its acks fail and say why, its error
+		// channel says so, and it stops consuming.
+		for _, d := range held {
+			err := d.Ack()
+			if !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
+				t.Fatalf("zombie ack: got %v, want ErrorNotFound and ErrorConnectionLost", err)
+			}
+		}
+		eventually(t, "the zombie stops by itself", dead.isStopped)
+		sawLost := false
+		for len(errs) > 0 {
+			if errors.Is(<-errs, ErrorConnectionLost) {
+				sawLost = true
+			}
+		}
+		if !sawLost {
+			t.Fatal("zombie's error channel did not report ErrorConnectionLost")
+		}
+		// The returned deliveries are ready for anybody; a second clean
+		// finds nothing.
+		got, err := openQueue(t, admin, "jobs").Drain(10)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("drain = %v, %v", got, err)
+		}
+		if n, err := NewCleaner(admin).Clean(); err != nil || n != 0 {
+			t.Fatalf("second clean = %d, %v", n, err)
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+}
+
+func TestConcurrentCleanersReturnEachDeliveryOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		const perQueue = 2500
+		var total int64
+		for _, name := range []string{"a", "b"} {
+			dead := openT(t, b, "dead", ns)
+			q := openQueue(t, dead, name)
+			payloads := make([]string, perQueue)
+			for i := range payloads {
+				payloads[i] = fmt.Sprintf("%s-%d", name, i)
+			}
+			if err := q.Publish(payloads...); err != nil {
+				t.Fatal(err)
+			}
+			// Take everything into unacked storage without a consumer.
+			if err := scripts.setConsumers.Run(context.Background(), b.client, []string{q.keys.consumers}, dead.name, 0, "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			q.buf = make(chan *redisDelivery, perQueue)
+			for len(q.buf) < perQueue {
+				if _, err := q.fetch(context.Background(), fetchChunk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pause(t, b, dead)
+			total += perQueue
+		}
+		admin := openT(t, b, "admin", ns)
+		wantCounts(t, admin, "a", 0, 0, perQueue)
+
+		var wg sync.WaitGroup
+		results := make(chan int64, 8)
+		for i := 0; i < 8; i++ {
+			cl := openT(t, b, "cleaner", ns)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := NewCleaner(cl).Clean()
+				if err != nil {
+					t.Error(err)
+				}
+				results <- n
+			}()
+		}
+		wg.Wait()
+		close(results)
+		var sum int64
+		for n := range results {
+			sum += n
+		}
+		if sum != total {
+			t.Fatalf("cleaners returned %d in all, want %d", sum, total)
+		}
+		wantCounts(t, admin, "a", perQueue, 0, 0)
+		wantCounts(t, admin, "b", perQueue, 0, 0)
+		for _, name := range []string{"a", "b"} {
+			got, err := openQueue(t, admin, name).Drain(2 * perQueue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, p := range got {
+				if seen[p] {
+					t.Fatalf("%s returned twice", p)
+				}
+				seen[p] = true
+			}
+			if len(seen) != perQueue {
+				t.Fatalf("queue %s: %d distinct deliveries, want %d", name, len(seen), perQueue)
+			}
+		}
+	})
+}
+
+func TestStopAllConsumingLetsACleanerReturnAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		worker := openT(t, b, "worker", ns)
+		admin := openT(t, b, "admin", ns)
+		q := openQueue(t, worker, "jobs")
+		if err := q.Publish("a", "b", "c"); err != nil {
+			t.Fatal(err)
+		}
+		ds := hold(t, q, 1, 1) // one taken by the consumer, the rest stay ready or buffered
+		<-worker.StopAllConsuming()
+		if _, err := worker.OpenQueue("other"); !errors.Is(err, ErrorConsumingStopped) {
+			t.Fatalf("OpenQueue after stop: %v", err)
+		}
+		if err := q.Publish("x"); !errors.Is(err, ErrorConsumingStopped) {
+			t.Fatalf("Publish after stop: %v", err)
+		}
+		n, err := NewCleaner(admin).Clean()
+		if err != nil || n != 1 {
+			t.Fatalf("clean = %d, %v; want the 1 delivery the consumer held", n, err)
+		}
+		wantCounts(t, admin, "jobs", 3, 0, 0)
+		if err := ds[0].Ack(); !errors.Is(err, ErrorConnectionLost) {
+			t.Fatalf("ack after clean: %v", err)
+		}
+	})
+}
+
+func TestStopConsumingReturnsBufferedDeliveriesInOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "buf", namespace())
+		q := openQueue(t, c, "buf")
+		for i := 0; i < 50; i++ {
+			if err := q.Publish(fmt.Sprint(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.StartConsuming(20, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		first, release := make(chan Delivery, 1), make(chan struct{})
+		defer close(release)
+		if _, err := q.AddConsumerFunc("slow", func(d Delivery) { first <- d; <-release }); err != nil {
+			t.Fatal(err)
+		}
+		ds := []Delivery{<-first}
+		eventually(t, "buffer filled", func() bool { return len(q.buf) >= 10 })
+		stopped := q.StopConsuming()
+		release <- struct{}{} // the consumer finishes its current delivery
+		<-stopped
+		// Only the delivery the consumer took stays unacked; the buffered
+		// ones are ready again, in their order, ahead of the rest.
+		wantCounts(t, c, "buf", 49, 0, 1)
+		if ds[0].Payload() != "0" {
+			t.Fatalf("first delivery %q", ds[0].Payload())
+		}
+		got, err := q.Drain(49)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range got {
+			if p != fmt.Sprint(i+1) {
+				t.Fatalf("after stop, ready order %v", got)
+			}
+		}
+		if err := ds[0].Ack(); err != nil {
+			t.Fatalf("ack after StopConsuming: %v", err)
+		}
+		if err := q.StartConsuming(1, time.Second); !errors.Is(err, ErrorConsumingStopped) {
+			t.Fatalf("restart after stop: %v", err)
+		}
+	})
+}
+
+func TestReturnUnacked(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "ru", namespace())
+		q := openQueue(t, c, "ru")
+		if err := q.Publish("a", "b", "c", "d"); err != nil {
+			t.Fatal(err)
+		}
+		ds := hold(t, q, 4, 4)
+		<-q.StopConsuming()
+		wantCounts(t, c, "ru", 0, 0, 4)
+		n, err := q.ReturnUnacked(3)
+		if err != nil || n != 3 {
+			t.Fatalf("ReturnUnacked(3) = %d, %v", n, err)
+		}
+		wantCounts(t, c, "ru", 3, 0, 1)
+		n, err = q.ReturnUnacked(10)
+		if err != nil || n != 1 {
+			t.Fatalf("ReturnUnacked(10) = %d, %v", n, err)
+		}
+		wantCounts(t, c, "ru", 4, 0, 0)
+		if err := ds[0].Ack(); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("ack of a returned delivery: %v", err)
+		}
+	})
+}

@@ -1,0 +1,181 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+)
+
+func TestDuplicatePayloadsAreDistinctDeliveries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "dup", namespace())
+		q := openQueue(t, c, "dup")
+		if err := q.Publish("same", "same", "same", "same"); err != nil {
+			t.Fatal(err)
+		}
+		ds := hold(t, q, 10, 4)
+		wantCounts(t, c, "dup", 0, 0, 4)
+		if err := ds[1].Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "dup", 0, 0, 3)
+		if err := ds[1].Ack(); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("second ack of the same delivery: got %v, want ErrorNotFound", err)
+		}
+		if errors.Is(ds[1].Ack(), ErrorConnectionLost) {
+			t.Fatal("a double ack must not claim the connection was lost")
+		}
+		wantCounts(t, c, "dup", 0, 0, 3)
+		if err := ds[2].Reject(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "dup", 0, 1, 2)
+		if err := ds[2].Ack(); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("ack after reject: got %v, want ErrorNotFound", err)
+		}
+		if err := ds[0].AckContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ds[3].Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "dup", 0, 1, 0)
+	})
+}
+
+func TestRejectPushAndReturnRejected(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "rp", namespace())
+		q := openQueue(t, c, "work")
+		failed := openQueue(t, c, "failed")
+		if err := q.Publish("1", "2", "3", "4"); err != nil {
+			t.Fatal(err)
+		}
+		ds := hold(t, q, 10, 4)
+		// Push without a push queue rejects.
+		if err := ds[0].Push(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "work", 0, 1, 3)
+		q.SetPushQueue(failed)
+		if err := ds[1].PushContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "work", 0, 1, 2)
+		wantCounts(t, c, "failed", 1, 0, 0)
+		if got, _ := failed.Drain(10); len(got) != 1 || got[0] != "2" {
+			t.Fatalf("push queue holds %v, want [2]", got)
+		}
+		if err := ds[2].RejectContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ds[3].Reject(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "work", 0, 3, 0)
+		<-q.StopConsuming() // so returned deliveries stay ready
+		n, err := q.ReturnRejected(2)
+		if err != nil || n != 2 {
+			t.Fatalf("ReturnRejected(2) = %d, %v", n, err)
+		}
+		wantCounts(t, c, "work", 2, 1, 0)
+		n, err = q.ReturnRejected(100)
+		if err != nil || n != 1 {
+			t.Fatalf("ReturnRejected(100) = %d, %v", n, err)
+		}
+		// Rejected come back oldest rejection first.
+		got, err := q.Drain(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || got[0] != "1" || got[1] != "3" || got[2] != "4" {
+			t.Fatalf("returned order %v, want [1 3 4]", got)
+		}
+	})
+}
+
+func TestHeadersReachTheConsumer(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "hdr", namespace())
+		q := openQueue(t, c, "hdr")
+		h := http.Header{"Trace-Id": {"abc"}, "X-Many": {"1", "2"}}
+		if err := q.Put(context.Background(), []byte("with"), Header(h)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Publish("without"); err != nil {
+			t.Fatal(err)
+		}
+		ds := hold(t, q, 10, 2)
+		if ds[0].Payload() != "with" || ds[0].Header().Get("Trace-Id") != "abc" || len(ds[0].Header()["X-Many"]) != 2 {
+			t.Fatalf("got %q %v", ds[0].Payload(), ds[0].Header())
+		}
+		if ds[1].Payload() != "without" || ds[1].Header() != nil {
+			t.Fatalf("got %q %v", ds[1].Payload(), ds[1].Header())
+		}
+		for _, d := range ds {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Items that another program pushed into a ready list without an envelope
+// (a queue moved over from rmq, say) are delivered whole and can be acked
+// one by one, even when they are byte-identical.
+func TestForeignItemsAreDelivered(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "foreign", namespace())
+		q := openQueue(t, c, "legacy")
+		raw := []string{"x", "x", "a plain rmq payload that is long", "\x01short", ""}
+		for _, r := range raw {
+			if err := b.client.LPush(context.Background(), q.keys.ready, r).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ds := hold(t, q, 10, len(raw))
+		for i, d := range ds {
+			if d.Payload() != raw[i] {
+				t.Errorf("delivery %d: payload %q, want %q", i, d.Payload(), raw[i])
+			}
+		}
+		wantCounts(t, c, "legacy", 0, 0, int64(len(raw)))
+		for _, d := range ds {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCounts(t, c, "legacy", 0, 0, 0)
+	})
+}
+
+func TestManyConsumersAckEveryDeliveryOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "many", namespace())
+		q := openQueue(t, c, "many")
+		const n = 3000
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = "p"
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.StartConsuming(100, 20*1e6); err != nil {
+			t.Fatal(err)
+		}
+		acked := make(chan error, n)
+		for i := 0; i < 10; i++ {
+			if _, err := q.AddConsumerFunc("w", func(d Delivery) { acked <- d.Ack() }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < n; i++ {
+			if err := <-acked; err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCounts(t, c, "many", 0, 0, 0)
+	})
+}

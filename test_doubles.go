@@ -1,0 +1,336 @@
+package redq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Test doubles for users' unit tests: code that takes a Connection, Queue or
+// Delivery can be tested without Redis.
+
+// TestConnection is a Connection whose queues record what is published.
+type TestConnection struct {
+	mu     *sync.Mutex
+	queues map[string]*TestQueue
+}
+
+// NewTestConnection returns an empty TestConnection.
+func NewTestConnection() TestConnection {
+	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}}
+}
+
+// OpenQueue returns the TestQueue of that name, creating it.
+func (c TestConnection) OpenQueue(name string) (Queue, error) {
+	if why := validName(name); why != "" {
+		return nil, argError("queue name", name, why)
+	}
+	return c.GetQueue(name), nil
+}
+
+// GetQueue returns the TestQueue of that name, creating it.
+func (c TestConnection) GetQueue(name string) *TestQueue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[name]
+	if q == nil {
+		q = &TestQueue{name: name}
+		c.queues[name] = q
+	}
+	return q
+}
+
+// GetDeliveries returns the payloads published to the named queue.
+func (c TestConnection) GetDeliveries(queueName string) []string {
+	return c.GetQueue(queueName).Deliveries()
+}
+
+// Reset forgets everything published.
+func (c TestConnection) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range c.queues {
+		q.Reset()
+	}
+}
+
+// CollectStats returns the published counts as ready counts.
+func (c TestConnection) CollectStats(queueList []string) (Stats, error) {
+	return c.CollectStatsContext(context.Background(), queueList)
+}
+
+// CollectStatsContext is CollectStats with a context.
+func (c TestConnection) CollectStatsContext(_ context.Context, queueList []string) (Stats, error) {
+	s := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
+	for _, name := range queueList {
+		s.QueueStats[name] = QueueStat{ReadyCount: int64(len(c.GetDeliveries(name))), Connections: map[string]ConnectionStat{}}
+	}
+	return s, nil
+}
+
+// GetOpenQueues lists the queues opened so far.
+func (c TestConnection) GetOpenQueues() ([]string, error) {
+	return c.GetOpenQueuesContext(context.Background())
+}
+
+// GetOpenQueuesContext is GetOpenQueues with a context.
+func (c TestConnection) GetOpenQueuesContext(context.Context) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.queues))
+	for n := range c.queues {
+		names = append(names, n)
+	}
+	return names, nil
+}
+
+// StopAllConsuming returns a closed channel.
+func (c TestConnection) StopAllConsuming() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// TestQueue is a Queue that records published payloads in LastDeliveries.
+// Consuming methods succeed and do nothing.
+type TestQueue struct {
+	name string
+	mu   sync.Mutex
+	// LastDeliveries holds the payloads published so far, oldest first.
+	// Read it with Deliveries when other goroutines publish.
+	LastDeliveries []string
+}
+
+func (q *TestQueue) String() string { return q.name }
+
+// Deliveries returns a copy of the payloads published so far.
+func (q *TestQueue) Deliveries() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]string(nil), q.LastDeliveries...)
+}
+
+// Reset forgets the published payloads.
+func (q *TestQueue) Reset() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.LastDeliveries = nil
+}
+
+// Publish records the payloads.
+func (q *TestQueue) Publish(payload ...string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.LastDeliveries = append(q.LastDeliveries, payload...)
+	return nil
+}
+
+// PublishBytes records the payloads.
+func (q *TestQueue) PublishBytes(payload ...[]byte) error {
+	for _, p := range payload {
+		_ = q.Publish(string(p))
+	}
+	return nil
+}
+
+// PublishContext records the payloads.
+func (q *TestQueue) PublishContext(_ context.Context, payload ...string) error {
+	return q.Publish(payload...)
+}
+
+// PublishBytesContext records the payloads.
+func (q *TestQueue) PublishBytesContext(_ context.Context, payload ...[]byte) error {
+	return q.PublishBytes(payload...)
+}
+
+// Put records the payload; options are ignored.
+func (q *TestQueue) Put(_ context.Context, payload []byte, _ ...PublishOption) error {
+	return q.Publish(string(payload))
+}
+
+// SetPushQueue does nothing.
+func (q *TestQueue) SetPushQueue(Queue) {}
+
+// StartConsuming does nothing.
+func (q *TestQueue) StartConsuming(int64, time.Duration) error { return nil }
+
+// StopConsuming returns a closed channel.
+func (q *TestQueue) StopConsuming() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// AddConsumer does nothing and returns a name.
+func (q *TestQueue) AddConsumer(tag string, _ Consumer) (string, error) { return tag, nil }
+
+// AddConsumerFunc does nothing and returns a name.
+func (q *TestQueue) AddConsumerFunc(tag string, _ ConsumerFunc) (string, error) { return tag, nil }
+
+// AddBatchConsumer does nothing and returns a name.
+func (q *TestQueue) AddBatchConsumer(tag string, _ int64, _ time.Duration, _ BatchConsumer) (string, error) {
+	return tag, nil
+}
+
+// AddBatchConsumerFunc does nothing and returns a name.
+func (q *TestQueue) AddBatchConsumerFunc(tag string, _ int64, _ time.Duration, _ BatchConsumerFunc) (string, error) {
+	return tag, nil
+}
+
+// ReturnUnacked returns 0.
+func (q *TestQueue) ReturnUnacked(int64) (int64, error) { return 0, nil }
+
+// ReturnRejected returns 0.
+func (q *TestQueue) ReturnRejected(int64) (int64, error) { return 0, nil }
+
+// PurgeReady forgets the published payloads and returns how many.
+func (q *TestQueue) PurgeReady() (int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := int64(len(q.LastDeliveries))
+	q.LastDeliveries = nil
+	return n, nil
+}
+
+// PurgeRejected returns 0.
+func (q *TestQueue) PurgeRejected() (int64, error) { return 0, nil }
+
+// Destroy purges the published payloads.
+func (q *TestQueue) Destroy() (int64, int64, error) {
+	n, err := q.PurgeReady()
+	return n, 0, err
+}
+
+// Drain removes and returns up to count payloads, oldest first.
+func (q *TestQueue) Drain(count int64) ([]string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(int(count), len(q.LastDeliveries))
+	out := append([]string(nil), q.LastDeliveries[:n]...)
+	q.LastDeliveries = q.LastDeliveries[n:]
+	return out, nil
+}
+
+// Remove deletes recorded payloads equal to payload (all when count is 0).
+func (q *TestQueue) Remove(payload string, count int64, _ bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kept := q.LastDeliveries[:0]
+	var removed int64
+	for _, p := range q.LastDeliveries {
+		if p == payload && (count == 0 || removed < count) {
+			removed++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	q.LastDeliveries = kept
+	return nil
+}
+
+// State is what happened to a TestDelivery.
+type State int
+
+// The states of a TestDelivery.
+const (
+	Unacked State = iota
+	Acked
+	Rejected
+	Pushed
+)
+
+func (s State) String() string {
+	switch s {
+	case Unacked:
+		return "unacked"
+	case Acked:
+		return "acked"
+	case Rejected:
+		return "rejected"
+	case Pushed:
+		return "pushed"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// TestDelivery is a Delivery for unit tests of consumers: hand it to
+// Consume and check State afterwards.
+type TestDelivery struct {
+	mu      sync.Mutex
+	State   State
+	payload string
+	header  http.Header
+}
+
+// NewTestDelivery returns a delivery whose payload is content as JSON.
+func NewTestDelivery(content any) *TestDelivery {
+	b, err := json.Marshal(content)
+	if err != nil {
+		b = []byte(fmt.Sprintf("%v", content))
+	}
+	return NewTestDeliveryString(string(b))
+}
+
+// NewTestDeliveryString returns a delivery with that payload.
+func NewTestDeliveryString(payload string) *TestDelivery {
+	return &TestDelivery{payload: payload}
+}
+
+// WithHeader sets the headers the delivery reports and returns it.
+func (d *TestDelivery) WithHeader(h http.Header) *TestDelivery {
+	d.header = h
+	return d
+}
+
+// Payload returns the payload.
+func (d *TestDelivery) Payload() string { return d.payload }
+
+// Header returns the headers set with WithHeader.
+func (d *TestDelivery) Header() http.Header { return d.header }
+
+// Ack marks the delivery acked; ErrorNotFound if it was settled already.
+func (d *TestDelivery) Ack() error { return d.settle(Acked) }
+
+// Reject marks the delivery rejected; ErrorNotFound if settled already.
+func (d *TestDelivery) Reject() error { return d.settle(Rejected) }
+
+// Push marks the delivery pushed; ErrorNotFound if settled already.
+func (d *TestDelivery) Push() error { return d.settle(Pushed) }
+
+// AckContext is Ack.
+func (d *TestDelivery) AckContext(context.Context) error { return d.Ack() }
+
+// RejectContext is Reject.
+func (d *TestDelivery) RejectContext(context.Context) error { return d.Reject() }
+
+// PushContext is Push.
+func (d *TestDelivery) PushContext(context.Context) error { return d.Push() }
+
+// GetState returns the state, safe to call from any goroutine.
+func (d *TestDelivery) GetState() State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.State
+}
+
+func (d *TestDelivery) settle(s State) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.State != Unacked {
+		return ErrorNotFound
+	}
+	d.State = s
+	return nil
+}
+
+var (
+	_ Connection = TestConnection{}
+	_ Queue      = (*TestQueue)(nil)
+	_ Delivery   = (*TestDelivery)(nil)
+	_ Connection = (*redisConnection)(nil)
+	_ Queue      = (*redisQueue)(nil)
+	_ Delivery   = (*redisDelivery)(nil)
+)
