@@ -179,3 +179,39 @@ func wantCounts(t testing.TB, c Connection, queue string, ready, rejected, unack
 		t.Fatalf("%s: ready/rejected/unacked = %d/%d/%d, want %d/%d/%d", queue, r, j, u, ready, rejected, unacked)
 	}
 }
+
+// realOrMini returns a client for tests that need any Redis but check no
+// Redis behaviour (argument validation).
+func realOrMini(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// take registers c for q and moves n deliveries into its unacked storage
+// without a consume loop, so a test knows exactly what is held. q must not
+// be consuming.
+func take(t testing.TB, q *redisQueue, n int) []Delivery {
+	t.Helper()
+	ctx := context.Background()
+	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	q.buf = make(chan *redisDelivery, n)
+	for len(q.buf) < n {
+		got, err := q.fetch(ctx, int64(n-len(q.buf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == 0 {
+			t.Fatalf("took %d of %d", len(q.buf), n)
+		}
+	}
+	out := make([]Delivery, n)
+	for i := range out {
+		out[i] = <-q.buf
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package redq
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq/internal/redistest"
+)
+
+// outage is a Redis a test can take away and bring back.
+type outage struct {
+	backend
+	down, up func()
+}
+
+// forEachOutage runs f on a miniredis and on a private redis-server with
+// append-only persistence, both of which the test may stop and restart.
+func forEachOutage(t *testing.T, f func(t *testing.T, o outage)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		// miniredis's blocking commands misbehave after Close and Restart,
+		// so its outage is every command failing.
+		f(t, outage{backend{"miniredis", c, m}, func() { m.SetError("simulated outage") }, func() { m.SetError("") }})
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t, redistest.WithAppendOnly())
+		c := srv.Client(t)
+		f(t, outage{backend{"redis", c, nil}, srv.Kill, func() { srv.Restart(t) }})
+	})
+}
+
+func TestConsumersPauseAndResumeWhenRedisComesAndGoes(t *testing.T) {
+	forEachOutage(t, func(t *testing.T, o outage) {
+		errs := make(chan error, 10000)
+		c, err := openConn(o.client, "resilient", errs, namespace(),
+			WithHeartbeat(20*time.Millisecond, 30*time.Second), WithHeartbeatErrorLimit(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-c.StopAllConsuming() })
+		q := openQueue(t, c, "jobs")
+		if err := q.StartConsuming(10, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		acked := make(chan string, 100)
+		if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+			if err := d.Ack(); err != nil {
+				t.Errorf("ack: %v", err)
+			}
+			acked <- d.Payload()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		publishAndWait := func(prefix string) {
+			t.Helper()
+			for i := 0; i < 10; i++ {
+				if err := q.Publish(fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 10; i++ {
+				select {
+				case <-acked:
+				case <-time.After(15 * time.Second):
+					t.Fatalf("%s: only %d acked", prefix, i)
+				}
+			}
+		}
+		publishAndWait("before")
+
+		o.down()
+		var sawHeartbeat, sawConsume bool
+		deadline := time.After(15 * time.Second)
+		for !sawHeartbeat || !sawConsume {
+			select {
+			case err := <-errs:
+				var he *HeartbeatError
+				var ce *ConsumeError
+				switch {
+				case errors.As(err, &he):
+					sawHeartbeat = he.Count >= 1 && he.Unwrap() != nil
+				case errors.As(err, &ce):
+					sawConsume = ce.Count >= 1 && ce.Queue == "jobs"
+				}
+			case <-deadline:
+				t.Fatalf("while Redis was down: heartbeat error %v, consume error %v", sawHeartbeat, sawConsume)
+			}
+		}
+		o.up()
+		publishAndWait("after")
+		if c.isStopped() {
+			t.Fatal("connection stopped although the error limit was not reached")
+		}
+		eventually(t, "nothing left", func() bool {
+			r, j, u := counts(t, c, "jobs")
+			return r == 0 && j == 0 && u == 0
+		})
+	})
+}
+
+func TestHeartbeatErrorLimitStopsConsuming(t *testing.T) {
+	forEachOutage(t, func(t *testing.T, o outage) {
+		errs := make(chan error, 1000)
+		c, err := openConn(o.client, "limited", errs, namespace(),
+			WithHeartbeat(10*time.Millisecond, 10*time.Second), WithHeartbeatErrorLimit(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := openQueue(t, c, "jobs")
+		if err := q.StartConsuming(1, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		o.down()
+		eventually(t, "the connection stops itself", c.isStopped)
+		select {
+		case <-c.StopAllConsuming():
+		case <-time.After(15 * time.Second):
+			t.Fatal("stop did not finish")
+		}
+		max := 0
+		for len(errs) > 0 {
+			var he *HeartbeatError
+			if errors.As(<-errs, &he) && he.Count > max {
+				max = he.Count
+			}
+		}
+		if max != 3 {
+			t.Fatalf("highest heartbeat error count %d, want 3", max)
+		}
+		o.up()
+	})
+}
