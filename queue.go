@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +103,8 @@ type redisQueue struct {
 	stop          chan struct{}
 	stopDone      chan struct{}
 	cancel        context.CancelFunc
+	fetchDone     chan struct{}
+	waiter        *waiter
 	workers       sync.WaitGroup
 	consumers     int64
 	leftovers     []*redisDelivery
@@ -211,7 +212,7 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	q.room = make(chan struct{}, 1)
 	q.stop = make(chan struct{})
 	q.cancel = cancel
-	q.workers.Add(1)
+	q.fetchDone = make(chan struct{})
 	go q.fetchLoop(ctx)
 	return nil
 }
@@ -232,6 +233,7 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 	q.stopDone = make(chan struct{})
 	close(q.stop)
 	go func() {
+		q.interruptFetch()
 		q.workers.Wait()
 		q.cancel()
 		q.returnBuffered()
@@ -241,6 +243,27 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 		close(q.stopDone)
 	}()
 	return q.stopDone
+}
+
+// interruptFetch ends the fetch loop's wait on Redis, if any, until the
+// loop has seen the stop and exited. (An interrupt can land just before the
+// loop starts a wait, so it is repeated.)
+func (q *redisQueue) interruptFetch() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		q.mu.Lock()
+		w := q.waiter
+		q.mu.Unlock()
+		if w != nil {
+			w.interrupt(ctx)
+		}
+		select {
+		case <-q.fetchDone:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // returnBuffered hands deliveries that were fetched but never given to a
@@ -346,7 +369,12 @@ func (q *redisQueue) AddBatchConsumerFunc(tag string, batchSize int64, timeout t
 // unacked storage in one script call. When ready is empty it blocks on
 // Redis until something is published or pollDuration passes.
 func (q *redisQueue) fetchLoop(ctx context.Context) {
-	defer q.workers.Done()
+	defer close(q.fetchDone)
+	w := newWaiter(q.conn.client, q.keys.ready)
+	defer w.close()
+	q.mu.Lock()
+	q.waiter = w
+	q.mu.Unlock()
 	low := q.prefetchLimit / 2
 	errCount := 0
 	for {
@@ -366,7 +394,7 @@ func (q *redisQueue) fetchLoop(ctx context.Context) {
 		want := min(q.prefetchLimit-int64(len(q.buf)), fetchChunk)
 		got, err := q.fetch(ctx, want)
 		if err == nil && int64(got) < want {
-			err = q.waitForReady(ctx)
+			err = w.wait(ctx, q.pollDuration)
 		}
 		if err != nil {
 			if isLost(err) {
@@ -410,27 +438,6 @@ func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
 		q.buf <- &redisDelivery{q: q, id: env.id, payload: env.payload, header: env.header}
 	}
 	return len(res), nil
-}
-
-// waitForReady blocks until ready holds something, without taking it: the
-// element is moved from the tail of ready to the tail of ready. Blocking
-// this way means nothing ever sits outside ready and unacked storage, and a
-// publish wakes the consumer at once.
-func (q *redisQueue) waitForReady(ctx context.Context) error {
-	c := q.conn.client
-	var err error
-	if q.pollDuration < time.Second {
-		// go-redis rounds BLMOVE's timeout to whole seconds; send the
-		// fraction ourselves (within the client's default read timeout).
-		secs := strconv.FormatFloat(max(q.pollDuration.Seconds(), 0.001), 'f', 3, 64)
-		err = c.Do(ctx, "BLMOVE", q.keys.ready, q.keys.ready, "RIGHT", "RIGHT", secs).Err()
-	} else {
-		err = c.BLMove(ctx, q.keys.ready, q.keys.ready, "RIGHT", "RIGHT", q.pollDuration.Truncate(time.Second)).Err()
-	}
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	return err
 }
 
 // next waits for the next delivery; false once consuming stops.

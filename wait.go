@@ -1,0 +1,93 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// waiter lets an idle consumer wait on Redis for a publish instead of
+// sleeping. It blocks with BLMOVE from the tail of ready to the tail of
+// ready: the command returns as soon as the list holds something, and moves
+// nothing (the element goes back where it was), so no delivery ever sits
+// outside ready and unacked storage because of the wait.
+//
+// On a single-node client the wait runs on a dedicated connection whose
+// CLIENT ID is known, so StopConsuming can end it at once with CLIENT
+// UNBLOCK instead of waiting up to pollDuration. Elsewhere (a cluster
+// client, or a server without CLIENT ID such as miniredis) it uses the pool
+// and stopping waits for the current wait to time out.
+type waiter struct {
+	client    redis.UniversalClient
+	key       string
+	dedicated *redis.Conn // nil: use the pool
+	id        atomic.Int64
+}
+
+type blockingCmdable interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	BLMove(ctx context.Context, source, destination, srcpos, destpos string, timeout time.Duration) *redis.StringCmd
+}
+
+func newWaiter(client redis.UniversalClient, key string) *waiter {
+	w := &waiter{client: client, key: key}
+	if c, ok := client.(*redis.Client); ok {
+		w.dedicated = c.Conn()
+	}
+	return w
+}
+
+// wait returns when ready holds something or after d; nil either way.
+func (w *waiter) wait(ctx context.Context, d time.Duration) error {
+	var c blockingCmdable = w.client
+	if w.dedicated != nil {
+		if w.id.Load() == 0 {
+			id, err := w.dedicated.ClientID(ctx).Result()
+			var redisErr redis.Error
+			switch {
+			case errors.As(err, &redisErr):
+				// The server has no CLIENT ID: wait on the pool.
+				_ = w.dedicated.Close()
+				w.dedicated = nil
+				return w.wait(ctx, d)
+			case err != nil:
+				return err
+			}
+			w.id.Store(id)
+		}
+		c = w.dedicated
+	}
+	var err error
+	if d < time.Second {
+		// go-redis rounds BLMOVE's timeout up to whole seconds; send the
+		// fraction ourselves (it stays within the default read timeout).
+		secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
+		err = c.Do(ctx, "BLMOVE", w.key, w.key, "RIGHT", "RIGHT", secs).Err()
+	} else {
+		err = c.BLMove(ctx, w.key, w.key, "RIGHT", "RIGHT", d.Truncate(time.Second)).Err()
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		w.id.Store(0) // the connection may be dialled anew, with a new id
+	}
+	return err
+}
+
+// interrupt ends a wait in progress, where the server allows it.
+func (w *waiter) interrupt(ctx context.Context) {
+	if id := w.id.Load(); id != 0 {
+		_ = w.client.ClientUnblock(ctx, id).Err()
+	}
+}
+
+func (w *waiter) close() {
+	if w.dedicated != nil {
+		_ = w.dedicated.Close()
+	}
+}
