@@ -49,3 +49,43 @@ func TestPublishConsumeAck(t *testing.T) {
 		}
 	})
 }
+
+// An idle consumer waits on Redis, not on a timer: with a poll duration of
+// 30s a publish is still picked up at once, and stopping does not wait for
+// the poll to run out. (The bounds are generous; speed is measured in the
+// benchmarks.)
+func TestIdleConsumerWakesOnPublishAndStopsAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "idle", namespace())
+		q := openQueue(t, c, "idle")
+		if err := q.StartConsuming(10, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan Delivery, 1)
+		if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // let the consumer go idle
+		start := time.Now()
+		if err := q.Publish("wake"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-got:
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("publish into an idle queue was not picked up")
+		}
+		t.Logf("idle pickup took %v", time.Since(start))
+		time.Sleep(200 * time.Millisecond)
+		start = time.Now()
+		select {
+		case <-q.StopConsuming():
+		case <-time.After(10 * time.Second):
+			t.Fatal("StopConsuming waited for the poll duration")
+		}
+		t.Logf("stop took %v", time.Since(start))
+	})
+}

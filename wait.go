@@ -18,15 +18,21 @@ import (
 //
 // On a single-node client the wait runs on a dedicated connection whose
 // CLIENT ID is known, so StopConsuming can end it at once with CLIENT
-// UNBLOCK instead of waiting up to pollDuration. Elsewhere (a cluster
-// client, or a server without CLIENT ID such as miniredis) it uses the pool
-// and stopping waits for the current wait to time out.
+// UNBLOCK instead of waiting up to pollDuration. On a cluster client it
+// uses the pool and stopping waits for the current wait to time out; on a
+// server without CLIENT ID (miniredis) it uses the pool with waits of at
+// most 100ms.
 type waiter struct {
 	client    redis.UniversalClient
 	key       string
 	dedicated *redis.Conn // nil: use the pool
 	id        atomic.Int64
+	// short is set when the server has no CLIENT ID (miniredis): waits
+	// are then cut to shortWait so that stopping stays quick.
+	short bool
 }
+
+const shortWait = 100 * time.Millisecond
 
 type blockingCmdable interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
@@ -50,9 +56,10 @@ func (w *waiter) wait(ctx context.Context, d time.Duration) error {
 			var redisErr redis.Error
 			switch {
 			case errors.As(err, &redisErr):
-				// The server has no CLIENT ID: wait on the pool.
+				// The server has no CLIENT ID: wait on the pool, briefly.
 				_ = w.dedicated.Close()
 				w.dedicated = nil
+				w.short = true
 				return w.wait(ctx, d)
 			case err != nil:
 				return err
@@ -60,6 +67,9 @@ func (w *waiter) wait(ctx context.Context, d time.Duration) error {
 			w.id.Store(id)
 		}
 		c = w.dedicated
+	}
+	if w.short {
+		d = min(d, shortWait)
 	}
 	var err error
 	if d < time.Second {
