@@ -84,7 +84,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery
 			for j, i := range chunk {
 				ids[j] = ds[i].(*redisDelivery).id
 			}
-			done, registered, err := q.apply(ctx, verb, ids)
+			done, registered, err := q.settle(ctx, verb, ids)
 			for j, i := range chunk {
 				var e error
 				if err != nil {

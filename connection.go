@@ -85,6 +85,7 @@ type redisConnection struct {
 	keys    globalKeys
 	ids     *idSource
 	acks    *committer
+	handles atomic.Int64 // numbers queue handles
 
 	mu       sync.Mutex
 	queues   []*redisQueue
@@ -255,7 +256,14 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		<-c.hbDone
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := c.client.Del(ctx, c.keys.heartbeat(c.name)).Err(); err != nil {
+		// Leaving the connections set declares the connection dead, as a
+		// cleaner would: what it still holds of any queue goes back to
+		// ready at the next clean, and a connection that held nothing
+		// leaves nothing behind.
+		pipe := c.client.TxPipeline()
+		pipe.Del(ctx, c.keys.heartbeat(c.name))
+		pipe.SRem(ctx, c.keys.connections, c.name)
+		if _, err := pipe.Exec(ctx); err != nil {
 			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
 		}
 	}()

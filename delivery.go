@@ -74,18 +74,12 @@ func (d *redisDelivery) PushContext(ctx context.Context) error { return d.do(ctx
 
 // do runs a verb; retried says an earlier attempt may have reached Redis.
 func (d *redisDelivery) do(ctx context.Context, verb string, retried bool) error {
-	if verb == "ack" {
-		return d.retry(ctx, verb, retried, func() (bool, bool, error) {
-			return d.q.conn.acks.ack(ctx, d.q, d.id)
-		})
-	}
-	dest := d.q.destination(verb)
 	return d.retry(ctx, verb, retried, func() (bool, bool, error) {
-		moved, registered, err := d.q.move(ctx, []string{d.id}, dest, "L")
+		done, registered, err := d.q.settle(ctx, verb, []string{d.id})
 		if err != nil {
 			return false, false, err
 		}
-		return moved[0], registered, nil
+		return done[0], registered, nil
 	})
 }
 

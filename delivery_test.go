@@ -179,3 +179,36 @@ func TestManyConsumersAckEveryDeliveryOnce(t *testing.T) {
 		wantCounts(t, c, "many", 0, 0, 0)
 	})
 }
+
+// When the reply of a fetch is lost (a network break, or the client sending
+// the script again), the call repeated with the same token returns the same
+// deliveries instead of leaving them in the connection's storage unseen.
+func TestRepeatedFetchReturnsTheSameDeliveries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "refetch", namespace())
+		q := openQueue(t, c, "q")
+		if err := q.Publish("1", "2", "3", "4", "5"); err != nil {
+			t.Fatal(err)
+		}
+		first := take(t, q, 2)
+		q.fetchToken-- // as if the reply had been lost
+		again := take(t, q, 2)
+		if first[0].Payload() != again[0].Payload() || first[1].Payload() != again[1].Payload() {
+			t.Fatalf("repeated fetch got %q %q, first %q %q", again[0].Payload(), again[1].Payload(), first[0].Payload(), first[1].Payload())
+		}
+		// One of them acked meanwhile: a repeat returns only the other.
+		if err := first[0].Ack(); err != nil {
+			t.Fatal(err)
+		}
+		q.fetchToken--
+		if got, err := q.fetch(context.Background(), 2); err != nil || got != 1 || (<-q.buf).Payload() != first[1].Payload() {
+			t.Fatalf("repeat after an ack: %d, %v", got, err)
+		}
+		// The next token takes new deliveries.
+		next := take(t, q, 3)
+		if next[0].Payload() != "3" {
+			t.Fatalf("next fetch started at %q", next[0].Payload())
+		}
+		wantCounts(t, c, "q", 0, 0, 4)
+	})
+}

@@ -17,6 +17,8 @@ import "fmt"
 //	                               connection may hold unacked deliveries of the
 //	                               queue only while it has a field here
 //	ns:{name}:unacked:<connection> hash delivery id -> envelope
+//	ns:{name}:replies:<connection> hash: the last reply of fetch calls (per queue
+//	                               handle) and settle calls (per flush slot)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another
@@ -66,3 +68,5 @@ func newQueueKeys(ns, name string) queueKeys {
 }
 
 func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" + conn }
+
+func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" + conn }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,7 +93,12 @@ type redisQueue struct {
 	conn       *redisConnection
 	keys       queueKeys
 	unackedKey string
+	repliesKey string
+	handle     int64 // numbers this handle's field in repliesKey
 	pushQueue  atomic.Pointer[redisQueue]
+	// fetchToken names the next fetch call; it changes only after a fetch
+	// succeeded, so a call repeated after an error is recognised.
+	fetchToken uint64
 
 	mu            sync.Mutex
 	state         int
@@ -112,7 +118,7 @@ type redisQueue struct {
 
 func newQueue(c *redisConnection, name string) *redisQueue {
 	k := newQueueKeys(c.opts.namespace, name)
-	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name)}
+	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name), repliesKey: k.replies(c.name), handle: c.handles.Add(1)}
 }
 
 func (q *redisQueue) String() string { return q.name }
@@ -240,6 +246,7 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "0").Err()
+		_ = q.conn.client.HDel(ctx, q.repliesKey, q.fetchField()).Err()
 		close(q.stopDone)
 	}()
 	return q.stopDone
@@ -294,7 +301,7 @@ func (q *redisQueue) returnBuffered() {
 	defer cancel()
 	for len(ids) > 0 {
 		n := min(len(ids), fetchChunk)
-		if _, _, err := q.move(ctx, ids[:n], q.keys.ready, "R"); err != nil {
+		if _, _, err := q.conn.acks.settle(ctx, q, modeHead, q.keys.ready, ids[:n]); err != nil {
 			// They stay in this connection's unacked storage; a cleaner
 			// returns them once the connection's heartbeat is gone.
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
@@ -429,10 +436,12 @@ func backoff(n int, limit time.Duration) time.Duration {
 
 func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
 	res, err := scripts.fetch.Run(ctx, q.conn.client,
-		[]string{q.keys.ready, q.unackedKey, q.keys.consumers, q.keys.seq}, q.conn.name, n).StringSlice()
+		[]string{q.keys.ready, q.unackedKey, q.keys.consumers, q.keys.seq, q.repliesKey},
+		q.conn.name, n, q.fetchToken, q.fetchField()).StringSlice()
 	if err != nil {
 		return 0, err
 	}
+	q.fetchToken++
 	for _, s := range res {
 		env, _ := decodeEnvelope(s)
 		q.buf <- &redisDelivery{q: q, id: env.id, payload: env.payload, header: env.header}
@@ -504,24 +513,6 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 	}
 }
 
-// Moves of this connection's unacked deliveries
-
-// move moves deliveries of this connection from unacked to dest ("L" for
-// the tail, "R" for the head) in one script call. It returns per delivery
-// whether it was moved and whether the connection is still registered.
-func (q *redisQueue) move(ctx context.Context, ids []string, dest, end string) (moved []bool, registered bool, err error) {
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, q.conn.name, end)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	v, err := scripts.move.Run(ctx, q.conn.client, []string{q.unackedKey, q.keys.consumers, dest}, args...).Result()
-	if err != nil {
-		return nil, false, err
-	}
-	return flags(v, len(ids))
-}
-
 // flags reads a {registered, r1..rn} script reply.
 func flags(v any, n int) ([]bool, bool, error) {
 	ns, err := int64s(v)
@@ -556,7 +547,7 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 	if unregister {
 		un = "1"
 	}
-	keys := []string{q.keys.unacked(conn), q.keys.ready, q.keys.consumers}
+	keys := []string{q.keys.unacked(conn), q.keys.ready, q.keys.consumers, q.keys.replies(conn)}
 	var total int64
 	cursor := "0"
 	for total < max || (unregister && max == 0) {
@@ -711,6 +702,18 @@ func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count 
 	}
 }
 
+// fetchField is this handle's field in the replies hash.
+func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.handle, 10) }
+
+// settle runs a verb ("ack", "reject" or "push") on deliveries of this
+// queue through the connection's committer.
+func (q *redisQueue) settle(ctx context.Context, verb string, ids []string) ([]bool, bool, error) {
+	if verb == "ack" {
+		return q.conn.acks.settle(ctx, q, modeAck, "", ids)
+	}
+	return q.conn.acks.settle(ctx, q, modeTail, q.destination(verb), ids)
+}
+
 // destination is the list a verb moves deliveries to.
 func (q *redisQueue) destination(verb string) string {
 	if verb == "push" {
@@ -719,26 +722,4 @@ func (q *redisQueue) destination(verb string) string {
 		}
 	}
 	return q.keys.rejected
-}
-
-// apply runs a verb ("ack", "reject" or "push") on many deliveries of this
-// queue in one script call.
-func (q *redisQueue) apply(ctx context.Context, verb string, ids []string) ([]bool, bool, error) {
-	if verb == "ack" {
-		v, err := scripts.ack.Run(ctx, q.conn.client, []string{q.unackedKey, q.keys.consumers}, ackArgs(q.conn.name, ids)...).Result()
-		if err != nil {
-			return nil, false, err
-		}
-		return flags(v, len(ids))
-	}
-	return q.move(ctx, ids, q.destination(verb), "L")
-}
-
-func ackArgs(conn string, ids []string) []any {
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, conn)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	return args
 }

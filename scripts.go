@@ -11,7 +11,7 @@ import (
 
 // The Lua scripts live in scripts/*.lua, one per atomic move. Each touches
 // keys of one hash slot only (the global tag or one queue's tag), except
-// move.lua when pushing to another queue.
+// settle.lua when pushing to another queue.
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
@@ -19,7 +19,7 @@ var scriptFiles embed.FS
 // scriptSet holds the parsed scripts. It is built once and never changed.
 type scriptSet struct {
 	register, heartbeat, declareDead     *redis.Script
-	fetch, ack, move                     *redis.Script
+	fetch, settle                        *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
 }
@@ -37,8 +37,7 @@ var scripts = scriptSet{
 	heartbeat:      mustScript("heartbeat"),
 	declareDead:    mustScript("declare_dead"),
 	fetch:          mustScript("fetch"),
-	ack:            mustScript("ack"),
-	move:           mustScript("move"),
+	settle:         mustScript("settle"),
 	returnUnacked:  mustScript("return_unacked"),
 	returnRejected: mustScript("return_rejected"),
 	purge:          mustScript("purge"),

@@ -1,9 +1,11 @@
 -- Return up to ARGV[2] deliveries of a connection's unacked hash to the
 -- head of ready (they are taken next), continuing a scan at ARGV[3].
 -- With ARGV[4] == '1' (a cleaner on a dead connection) the connection is
--- unregistered from the queue once its hash is empty, in the same step.
+-- unregistered from the queue once its hash is empty, in the same step, and
+-- its replies hash is deleted.
 -- Returns {moved, next cursor, remaining}.
--- KEYS[1] unacked hash, KEYS[2] ready, KEYS[3] consumers hash
+-- KEYS[1] unacked hash, KEYS[2] ready, KEYS[3] consumers hash, KEYS[4]
+-- replies hash
 -- ARGV[1] connection name, ARGV[2] max, ARGV[3] cursor, ARGV[4] unregister
 local max = tonumber(ARGV[2])
 local cursor = ARGV[3]
@@ -26,5 +28,6 @@ end
 local remaining = redis.call('HLEN', KEYS[1])
 if remaining == 0 and ARGV[4] == '1' then
   redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('DEL', KEYS[4])
 end
 return {#fields, cursor, remaining}
