@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq"
+)
+
+const (
+	demoTag = "redq-demo"
+
+	// How often the demo's background loops run.
+	produceEvery  = 50 * time.Millisecond
+	progressEvery = time.Second
+	returnEvery   = 2 * time.Second
+	cleanEvery    = 5 * time.Second
+	clockEvery    = 100 * time.Millisecond // miniredis clock
+	// demoPoll bounds how long an idle fetch blocks on Redis. A publish
+	// wakes it at once anyway; short, because stopping waits for it.
+	demoPoll = 100 * time.Millisecond
+	// maxBatch bounds one publish call when the producer catches up.
+	maxBatch = 1000
+)
+
+// demoConfig holds the demo's flags.
+type demoConfig struct {
+	redisURL      string
+	namespace     string
+	addr          string
+	queue         string
+	consumers     int
+	rate          int
+	rejectPercent int
+	work          time.Duration
+	duration      time.Duration
+}
+
+// demoCommand: redq demo [--redis URL] [--addr localhost:8080] [--queue demo]
+// [--consumers 4] [--rate 200] [--reject-percent 5] [--work 5ms] [--duration 0]
+func demoCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	var c demoConfig
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: an embedded miniredis)")
+	fs.StringVar(&c.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queues")
+	fs.StringVar(&c.addr, "addr", "localhost:8080", `address of the stats page ("": no stats page)`)
+	fs.StringVar(&c.queue, "queue", "demo", "queue to publish to and consume from")
+	fs.IntVar(&c.consumers, "consumers", 4, "number of consumers")
+	fs.IntVar(&c.rate, "rate", 200, "deliveries published per second")
+	fs.IntVar(&c.rejectPercent, "reject-percent", 5, "percentage of deliveries the consumers reject (they are returned to ready every 2s)")
+	fs.DurationVar(&c.work, "work", 5*time.Millisecond, "simulated processing time per delivery")
+	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := c.validate(); err != nil {
+			return err
+		}
+		return runDemo(ctx, c, stdout, stderr)
+	}
+}
+
+func (c *demoConfig) validate() error {
+	switch {
+	case c.consumers < 1 || c.consumers > 1000:
+		return usagef("--consumers must be from 1 to 1000, is %d", c.consumers)
+	case c.rate < 1 || c.rate > 1_000_000:
+		return usagef("--rate must be from 1 to 1000000 per second, is %d", c.rate)
+	case c.rejectPercent < 0 || c.rejectPercent > 100:
+		return usagef("--reject-percent must be from 0 to 100, is %d", c.rejectPercent)
+	case c.work < 0:
+		return usagef("--work must not be negative, is %v", c.work)
+	case c.duration < 0:
+		return usagef("--duration must not be negative, is %v", c.duration)
+	}
+	return nil
+}
+
+// demoCounters are what the demo did, as seen by its own goroutines.
+type demoCounters struct {
+	published, acked, rejected, returned, cleaned, failed atomic.Int64
+}
+
+func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
+	out := newConsole(stderr)
+
+	// Redis: the one given, or an embedded miniredis whose clock we move,
+	// since miniredis expires keys (heartbeats) only when told time passed.
+	var client *redis.Client
+	var mini *miniredis.Miniredis
+	if c.redisURL != "" {
+		opts, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return usagef("invalid --redis URL: %w", err)
+		}
+		client = redis.NewClient(opts)
+	} else {
+		m, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("start embedded Redis: %w", err)
+		}
+		defer m.Close()
+		mini = m
+		client = redis.NewClient(&redis.Options{Addr: m.Addr()})
+		out.logf("redq demo: embedded Redis (miniredis) at %s; pass --redis URL to use a real one", m.Addr())
+	}
+
+	errChan := make(chan error, 64)
+	conn, err := redq.Open(ctx, demoTag, client, errChan, redq.WithNamespace(c.namespace))
+	if err != nil {
+		client.Close()
+		if errors.Is(err, redq.ErrorInvalidArgument) {
+			return usageError{err}
+		}
+		return fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
+	}
+	defer client.Close()
+	stopConsuming := sync.OnceFunc(func() { <-conn.StopAllConsuming() })
+	defer stopConsuming() // for early returns; the normal way out is below
+	queue, err := conn.OpenQueue(c.queue)
+	if errors.Is(err, redq.ErrorInvalidArgument) {
+		return usageError{fmt.Errorf("--queue: %w", err)}
+	}
+	if err != nil {
+		return err
+	}
+
+	var srv *statsServer
+	shutdownSrv := func() error { return nil }
+	if c.addr != "" {
+		if srv, err = startStatsServer(c.addr, conn); err != nil {
+			return err
+		}
+		shutdownSrv = sync.OnceValue(srv.Shutdown)
+		defer shutdownSrv() // for early returns
+		out.logf("redq demo: stats page on %s", srv.URL())
+	}
+
+	var n demoCounters
+	if err := queue.StartConsuming(int64(5*c.consumers), demoPoll); err != nil {
+		return fmt.Errorf("start consuming: %w", err)
+	}
+	for i := 0; i < c.consumers; i++ {
+		if _, err := queue.AddConsumerFunc("worker", demoWorker(c, &n, out)); err != nil {
+			return fmt.Errorf("add consumer: %w", err)
+		}
+	}
+
+	runCtx := ctx
+	if c.duration > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, c.duration)
+		defer cancel()
+	}
+	started := time.Now()
+	out.logf("redq demo: publishing %d/s to queue %q in namespace %q, %d consumers rejecting %d%%; %s",
+		c.rate, c.queue, c.namespace, c.consumers, c.rejectPercent, untilWhat(c.duration))
+
+	// The producer goes first on the way out, so it has its own group.
+	var producer, background sync.WaitGroup
+	producer.Add(1)
+	go func() {
+		defer producer.Done()
+		produce(runCtx, queue, c.rate, &n, out)
+	}()
+	every := func(d time.Duration, f func()) {
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			t := time.NewTicker(d)
+			defer t.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-t.C:
+					f()
+				}
+			}
+		}()
+	}
+	if mini != nil {
+		last := time.Now()
+		every(clockEvery, func() {
+			now := time.Now()
+			mini.FastForward(now.Sub(last))
+			last = now
+		})
+	}
+	// Rejected work flows back: an operator would run return-rejected
+	// after an outage; the demo does it every few seconds.
+	every(returnEvery, func() {
+		k, err := queue.ReturnRejected(math.MaxInt64)
+		n.returned.Add(k)
+		if err != nil {
+			out.logf("return rejected: %v", err)
+		}
+	})
+	cleaner := redq.NewCleaner(conn)
+	every(cleanEvery, func() {
+		k, err := cleaner.CleanContext(runCtx)
+		n.cleaned.Add(k)
+		switch {
+		case err != nil && runCtx.Err() == nil:
+			out.logf("clean: %v", err)
+		case k > 0:
+			out.logf("cleaner returned %d deliveries of dead connections to ready", k)
+		}
+	})
+	lastAcked, lastAt := int64(0), started
+	every(progressEvery, func() {
+		s, err := conn.CollectStatsContext(runCtx, []string{c.queue})
+		if err != nil {
+			if runCtx.Err() == nil {
+				out.logf("stats: %v", err)
+			}
+			return
+		}
+		qs := s.QueueStats[c.queue]
+		now, acked := time.Now(), n.acked.Load()
+		rate := float64(acked-lastAcked) / now.Sub(lastAt).Seconds()
+		lastAcked, lastAt = acked, now
+		out.progress(fmt.Sprintf("published %d  acked %d  rejected %d  | ready %d  unacked %d  rejected now %d  | %.0f acked/s",
+			n.published.Load(), acked, n.rejected.Load(), qs.ReadyCount, qs.UnackedCount(), qs.RejectedCount, rate))
+	})
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case err := <-errChan:
+				out.logf("redq: %v", err)
+			}
+		}
+	}()
+
+	var serveErr error
+	if srv != nil {
+		select {
+		case <-runCtx.Done():
+		case serveErr = <-srv.Failed():
+			serveErr = fmt.Errorf("stats page: %w", serveErr)
+		}
+	} else {
+		<-runCtx.Done()
+	}
+
+	// Stop in order: no new work, then the consumers (they finish their
+	// current delivery; fetched-but-unhandled ones go back to ready), then
+	// the page.
+	producer.Wait()
+	background.Wait()
+	stopConsuming()
+	if serveErr == nil {
+		if err := shutdownSrv(); err != nil {
+			out.logf("%v", err)
+		}
+	}
+
+	// What is left in Redis. The context is fresh: runCtx is done. A
+	// stopped connection can still read stats.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	left := "left in Redis: unknown"
+	if s, err := conn.CollectStatsContext(sctx, []string{c.queue}); err != nil {
+		out.logf("final stats: %v", err)
+	} else {
+		qs := s.QueueStats[c.queue]
+		left = fmt.Sprintf("left in Redis: ready %d, rejected %d, unacked %d", qs.ReadyCount, qs.RejectedCount, qs.UnackedCount())
+	}
+	out.done()
+	fmt.Fprintf(stdout, "redq demo: %s: published %d, acked %d, rejected %d (returned %d), failed %d; %s\n",
+		time.Since(started).Round(100*time.Millisecond), n.published.Load(), n.acked.Load(), n.rejected.Load(),
+		n.returned.Load(), n.failed.Load(), left)
+	return serveErr
+}
+
+// demoWorker returns a consumer that works for c.work and then acks, or
+// rejects about c.rejectPercent of the deliveries.
+func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
+	return func(d redq.Delivery) {
+		if c.work > 0 {
+			time.Sleep(c.work)
+		}
+		if rand.IntN(100) < c.rejectPercent {
+			if err := d.Reject(); err != nil {
+				n.failed.Add(1)
+				out.logf("reject: %v", err)
+				return
+			}
+			n.rejected.Add(1)
+			return
+		}
+		if err := d.Ack(); err != nil {
+			n.failed.Add(1)
+			out.logf("ack: %v", err)
+			return
+		}
+		n.acked.Add(1)
+	}
+}
+
+// produce publishes rate deliveries per second until ctx is done, in one
+// call per tick holding whatever is due.
+func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, out *console) {
+	start := time.Now()
+	ticker := time.NewTicker(produceEvery)
+	defer ticker.Stop()
+	next := int64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		due := int64(time.Since(start).Seconds() * float64(rate))
+		k := min(due-next, maxBatch)
+		if k <= 0 {
+			continue
+		}
+		batch := make([]string, k)
+		for i := range batch {
+			batch[i] = fmt.Sprintf(`{"job":%d}`, next+int64(i))
+		}
+		// Not ctx: a publish cut off halfway would leave us unsure whether
+		// it happened, and the summary counts exactly.
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := queue.PublishContext(pctx, batch...)
+		cancel()
+		if err != nil {
+			out.logf("publish: %v", err)
+			continue
+		}
+		next += k
+		n.published.Add(k)
+	}
+}
+
+func untilWhat(d time.Duration) string {
+	if d > 0 {
+		return "stopping after " + d.String()
+	}
+	return "Ctrl-C to stop"
+}
+
+// console writes the demo's output to stderr from many goroutines: log
+// lines, and a progress line that a terminal shows in place (carriage
+// return) and anything else gets one line at a time.
+type console struct {
+	mu      sync.Mutex
+	w       io.Writer
+	tty     bool
+	showing bool // a progress line is on screen without a newline
+}
+
+func newConsole(w io.Writer) *console {
+	c := &console{w: w}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			c.tty = true
+		}
+	}
+	return c
+}
+
+const clearLine = "\r\033[K"
+
+func (c *console) progress(line string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.tty {
+		fmt.Fprintln(c.w, line)
+		return
+	}
+	fmt.Fprint(c.w, clearLine+line)
+	c.showing = true
+}
+
+func (c *console) logf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	if c.showing {
+		fmt.Fprint(c.w, clearLine)
+		c.showing = false
+	}
+	fmt.Fprintln(c.w, msg)
+}
+
+// done ends a progress line that is on screen.
+func (c *console) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.showing {
+		fmt.Fprintln(c.w)
+		c.showing = false
+	}
+}

@@ -1,0 +1,165 @@
+// Command redq runs and operates redq work queues on Redis: a demo with a
+// live stats page, the stats page on its own, a cleaner, and the operations
+// an operator needs after a downstream outage.
+//
+// Usage:
+//
+//	redq <command> [flags]
+//
+// Run "redq help" for the list of commands and "redq help <command>" for a
+// command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, restore the default behaviour so that a
+		// second Ctrl-C kills a shutdown that hangs.
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand of redq.
+type command struct {
+	name    string
+	summary string
+	// flags declares the command's flags on fs and returns the function
+	// that runs the command once they are parsed.
+	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout, stderr io.Writer) error
+}
+
+// commands are listed by "redq help" in this order.
+var commands = []command{
+	{"demo", "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", demoCommand},
+	{"serve", "serve the stats page (the dashboard) of a namespace", serveCommand},
+	{"stats", "print the counts of every open queue", statsCommand},
+	{"clean", "return the unacked deliveries of dead connections to ready, once or periodically", cleanCommand},
+	{"return-rejected", "move rejected deliveries of a queue back to ready", returnRejectedCommand},
+	{"purge-rejected", "delete the rejected deliveries of a queue", purgeRejectedCommand},
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// run runs redq with args (without the program name) and returns the exit
+// status: 0 on success, 1 when the command failed, 2 for a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	name, args := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) == 0 {
+			printUsage(stdout)
+			return 0
+		}
+		cmd := lookup(args[0])
+		if cmd == nil {
+			fmt.Fprintf(stderr, "redq help: unknown command %q\n\n", args[0])
+			printUsage(stderr)
+			return 2
+		}
+		fs, _ := newFlagSet(cmd)
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "redq: unknown command %q\n\n", name)
+		printUsage(stderr)
+		return 2
+	}
+	fs, runCommand := newFlagSet(cmd)
+	fs.SetOutput(io.Discard) // we report parse errors ourselves, once
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return usageFailure(stderr, cmd, err)
+	}
+	if fs.NArg() > 0 {
+		return usageFailure(stderr, cmd, fmt.Errorf("unexpected argument %q (flags go before arguments; this command takes none)", fs.Arg(0)))
+	}
+	err := runCommand(ctx, stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return usageFailure(stderr, cmd, err)
+	default:
+		fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, err)
+		return 1
+	}
+}
+
+// newFlagSet returns the command's flag set, with its usage text, and the
+// function that runs the command once the flags are parsed.
+func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, stdout, stderr io.Writer) error) {
+	fs := flag.NewFlagSet("redq "+cmd.name, flag.ContinueOnError)
+	runCommand := cmd.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: redq %s [flags]\n\n%s.\n\nflags:\n", cmd.name, capitalize(cmd.summary))
+		fs.PrintDefaults()
+	}
+	return fs, runCommand
+}
+
+func usageFailure(stderr io.Writer, cmd *command, err error) int {
+	fmt.Fprintf(stderr, "redq %s: %v\nRun 'redq help %s' for usage.\n", cmd.name, err, cmd.name)
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "redq runs and operates redq work queues on Redis.\n\nusage: redq <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-16s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "  help             show this list, or a command's flags: redq help <command>\n")
+	fmt.Fprint(w, "\nExample: redq demo --duration 5s\n")
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// usageError marks an error as the user's: wrong or missing flags. It makes
+// the command exit with status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}

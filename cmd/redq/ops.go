@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/redq/redq"
+)
+
+// serveCommand: redq serve --redis URL [--addr localhost:8080] [--namespace redq]
+func serveCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	rf := addRedisFlags(fs)
+	addr := fs.String("addr", "localhost:8080", "address to serve the stats page on")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		errChan := make(chan error, 16)
+		conn, closeConn, err := rf.open(ctx, cliTag, errChan)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		srv, err := startStatsServer(*addr, conn)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "redq: stats page of namespace %q on %s (Ctrl-C to stop)\n", rf.namespace, srv.URL())
+	wait:
+		for {
+			select {
+			case err := <-errChan:
+				fmt.Fprintf(stderr, "redq: %v\n", err)
+			case err := <-srv.Failed():
+				return fmt.Errorf("stats page: %w", err)
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		if err := srv.Shutdown(); err != nil {
+			return err
+		}
+		fmt.Fprintln(stderr, "redq: stopped")
+		return nil
+	}
+}
+
+// statsCommand: redq stats --redis URL [--namespace redq] [--json]
+func statsCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	rf := addRedisFlags(fs)
+	asJSON := fs.Bool("json", false, "print the stats as JSON")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		conn, closeConn, err := rf.open(ctx, cliTag, nil)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		queues, err := conn.GetOpenQueuesContext(ctx)
+		if err != nil {
+			return err
+		}
+		sort.Strings(queues)
+		stats, err := conn.CollectStatsContext(ctx, queues)
+		if err != nil {
+			return err
+		}
+		// This command's own connection is not part of the picture.
+		delete(stats.OtherConnections, connectionName(conn))
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(stats); err != nil {
+				return fmt.Errorf("write JSON: %w", err)
+			}
+			return nil
+		}
+		if len(queues) == 0 {
+			fmt.Fprintf(stderr, "redq: no open queues in namespace %q\n", rf.namespace)
+		}
+		_, err = io.WriteString(stdout, stats.String())
+		return err
+	}
+}
+
+// cleanCommand: redq clean --redis URL [--namespace redq] [--interval 0]
+func cleanCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	rf := addRedisFlags(fs)
+	interval := fs.Duration("interval", 0, "clean every interval until interrupted (0: clean once)")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		if *interval < 0 {
+			return usagef("--interval must not be negative, is %v", *interval)
+		}
+		conn, closeConn, err := rf.open(ctx, cliTag, nil)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		cleaner := redq.NewCleaner(conn)
+		if *interval == 0 {
+			n, err := cleaner.CleanContext(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "returned %d deliveries of dead connections to ready\n", n)
+			return nil
+		}
+
+		fmt.Fprintf(stderr, "redq: cleaning namespace %q every %v (Ctrl-C to stop)\n", rf.namespace, *interval)
+		ticker := time.NewTicker(*interval)
+		defer ticker.Stop()
+		var total int64
+		for {
+			n, err := cleaner.CleanContext(ctx)
+			total += n
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				// Keep going: Redis may come back, and a cleaner that
+				// gives up on the first error is not much of a cleaner.
+				fmt.Fprintf(stderr, "%s clean failed: %v\n", time.Now().Format(time.TimeOnly), err)
+			case n > 0:
+				fmt.Fprintf(stdout, "%s returned %d deliveries of dead connections to ready\n", time.Now().Format(time.TimeOnly), n)
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintf(stdout, "returned %d deliveries of dead connections to ready in total\n", total)
+				return nil
+			case <-ticker.C:
+			}
+		}
+	}
+}
+
+// returnRejectedCommand: redq return-rejected --redis URL --queue Q [--max N]
+func returnRejectedCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	rf := addRedisFlags(fs)
+	queue := fs.String("queue", "", "queue whose rejected deliveries go back to ready (required)")
+	maxN := fs.Int64("max", 0, "move at most this many (0: all)")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		if *maxN < 0 {
+			return usagef("--max must not be negative, is %d", *maxN)
+		}
+		limit := *maxN
+		if limit == 0 {
+			limit = math.MaxInt64
+		}
+		return withExistingQueue(ctx, rf, *queue, func(q redq.Queue) error {
+			n, err := q.ReturnRejected(limit)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "returned %d rejected deliveries of queue %q to ready\n", n, *queue)
+			return nil
+		})
+	}
+}
+
+// purgeRejectedCommand: redq purge-rejected --redis URL --queue Q
+func purgeRejectedCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	rf := addRedisFlags(fs)
+	queue := fs.String("queue", "", "queue whose rejected deliveries are deleted (required)")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		return withExistingQueue(ctx, rf, *queue, func(q redq.Queue) error {
+			n, err := q.PurgeRejected()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "purged %d rejected deliveries of queue %q\n", n, *queue)
+			return nil
+		})
+	}
+}
+
+// errNoSuchQueue is returned for a queue that is not open in the namespace.
+var errNoSuchQueue = errors.New("no such queue")
+
+// withExistingQueue runs f on the named queue. The queue must be open
+// already: opening it here would list a mistyped name as a new queue.
+func withExistingQueue(ctx context.Context, rf *redisFlags, name string, f func(redq.Queue) error) error {
+	if name == "" {
+		return usagef("--queue is required")
+	}
+	conn, closeConn, err := rf.open(ctx, cliTag, nil)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	queues, err := conn.GetOpenQueuesContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(queues, name) {
+		sort.Strings(queues)
+		return fmt.Errorf("%w %q in namespace %q (open queues: %v)", errNoSuchQueue, name, rf.namespace, queues)
+	}
+	q, err := conn.OpenQueue(name)
+	if err != nil {
+		return err
+	}
+	return f(q)
+}

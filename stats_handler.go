@@ -1,0 +1,297 @@
+package redq
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Limits of the refresh query option, in seconds.
+const (
+	minRefreshSeconds = 1
+	maxRefreshSeconds = 3600
+)
+
+// NewHandler returns an HTTP handler that shows the stats of every open
+// queue of connection's namespace: per queue its ready, rejected and unacked
+// deliveries, its consumers and connections, and below each queue the
+// connections registered for it (dead ones marked), followed by the
+// connections that consume none of the queues.
+//
+// Query options, as in rmq:
+//
+//	refresh=N         reload the page every N seconds (1 to 3600)
+//	layout=condensed  one row per queue, no connection rows
+//	format=json       the Stats as JSON instead of HTML ("html" is the default)
+//
+// Invalid options get 400 Bad Request; a Redis error gets 500 with the
+// error's text. Only GET and HEAD are allowed. Every request reads Redis
+// afresh, in the request's context.
+func NewHandler(connection Connection) http.Handler {
+	return &statsHandler{conn: connection}
+}
+
+type statsHandler struct {
+	conn Connection
+}
+
+// statsQuery holds the validated query options of one request.
+type statsQuery struct {
+	refresh   int // seconds; 0 means no refresh
+	condensed bool
+	json      bool
+}
+
+func parseStatsQuery(q url.Values) (statsQuery, error) {
+	var sq statsQuery
+	if s := q.Get("refresh"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < minRefreshSeconds || n > maxRefreshSeconds {
+			return sq, fmt.Errorf("redq: invalid refresh %q: must be a whole number of seconds from %d to %d", s, minRefreshSeconds, maxRefreshSeconds)
+		}
+		sq.refresh = n
+	}
+	switch l := q.Get("layout"); l {
+	case "":
+	case "condensed":
+		sq.condensed = true
+	default:
+		return sq, fmt.Errorf("redq: invalid layout %q: use \"condensed\" or leave it out", l)
+	}
+	switch f := q.Get("format"); f {
+	case "", "html":
+	case "json":
+		sq.json = true
+	default:
+		return sq, fmt.Errorf("redq: invalid format %q: use \"html\" or \"json\"", f)
+	}
+	return sq, nil
+}
+
+func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "redq: method "+r.Method+" not allowed; use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	sq, err := parseStatsQuery(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	queues, err := h.conn.GetOpenQueuesContext(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	sort.Strings(queues)
+	stats, err := h.conn.CollectStatsContext(ctx, queues)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+
+	// Render into a buffer first, so that a failure is still a clean 500
+	// rather than half a page.
+	var buf bytes.Buffer
+	contentType := "text/html; charset=utf-8"
+	if sq.json {
+		contentType = "application/json"
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(stats)
+	} else {
+		err = statsTemplate.Execute(&buf, newStatsPage(stats, sq, time.Now()))
+	}
+	if err != nil {
+		http.Error(w, "redq: render stats: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, _ = w.Write(buf.Bytes())
+}
+
+// statsPage is what the template renders: everything sorted and added up.
+type statsPage struct {
+	Refresh      int
+	Condensed    bool
+	Generated    string
+	FullURL      string
+	CondensedURL string
+	JSONURL      string
+	Queues       []statsQueueRow
+	Others       []statsConnRow
+	OthersDead   int
+}
+
+type statsQueueRow struct {
+	Name                                             string
+	Ready, Rejected, Unacked, Consumers, Connections int64
+	DeadConnections                                  int
+	Conns                                            []statsConnRow
+}
+
+type statsConnRow struct {
+	Name               string
+	Active             bool
+	Unacked, Consumers int64
+}
+
+func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
+	p := statsPage{
+		Refresh:   sq.refresh,
+		Condensed: sq.condensed,
+		Generated: now.UTC().Format("2006-01-02 15:04:05 UTC"),
+	}
+	link := func(v url.Values) string {
+		if sq.refresh > 0 {
+			v.Set("refresh", strconv.Itoa(sq.refresh))
+		}
+		return "?" + v.Encode()
+	}
+	p.FullURL = link(url.Values{})
+	p.CondensedURL = link(url.Values{"layout": {"condensed"}})
+	p.JSONURL = "?format=json"
+
+	for _, name := range s.Names() {
+		qs := s.QueueStats[name]
+		row := statsQueueRow{
+			Name:        name,
+			Ready:       qs.ReadyCount,
+			Rejected:    qs.RejectedCount,
+			Unacked:     qs.UnackedCount(),
+			Consumers:   qs.ConsumerCount(),
+			Connections: qs.ConnectionCount(),
+		}
+		for _, conn := range sortedStatsKeys(qs.Connections) {
+			cs := qs.Connections[conn]
+			if !cs.Active {
+				row.DeadConnections++
+			}
+			row.Conns = append(row.Conns, statsConnRow{Name: conn, Active: cs.Active, Unacked: cs.UnackedCount, Consumers: cs.ConsumerCount})
+		}
+		p.Queues = append(p.Queues, row)
+	}
+	for _, conn := range sortedStatsKeys(s.OtherConnections) {
+		active := s.OtherConnections[conn]
+		if !active {
+			p.OthersDead++
+		}
+		p.Others = append(p.Others, statsConnRow{Name: conn, Active: active})
+	}
+	return p
+}
+
+func sortedStatsKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// statsTemplate is an html/template, so every name coming from Redis is
+// escaped for the context it appears in (text or attribute).
+var statsTemplate = template.Must(template.New("stats").Parse(statsHTML))
+
+// Table cells carry data-field and rows data-queue / data-connection /
+// data-other, so that scripts and tests can read the numbers reliably.
+const statsHTML = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+{{- if .Refresh}}
+<meta http-equiv="refresh" content="{{.Refresh}}">
+{{- end}}
+<title>redq</title>
+<style>
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; margin: 2rem; }
+h1 { font-size: 1.5rem; margin: 0 0 .25rem; }
+h2 { font-size: 1.1rem; margin: 2rem 0 .5rem; }
+p.meta { color: #656d76; margin: 0 0 1.25rem; }
+p.meta a { color: #0969da; }
+table { border-collapse: collapse; min-width: 44rem; }
+th, td { padding: .3rem .8rem; text-align: right; border-bottom: 1px solid #d0d7de; font-variant-numeric: tabular-nums; }
+th:first-child, td:first-child { text-align: left; }
+thead th { background: #f6f8fa; font-weight: 600; }
+tr.queue th { font-weight: 600; }
+tr.queue td.nonzero-rejected { color: #9a6700; font-weight: 600; }
+tr.connection { color: #57606a; }
+tr.connection td.name { padding-left: 2rem; font-family: ui-monospace, monospace; font-size: .9em; }
+tr.dead { background: #ffebe9; }
+.status { display: inline-block; padding: 0 .45rem; border-radius: 1rem; font-size: .8em; font-weight: 600; }
+.status.active { background: #dafbe1; color: #1a7f37; }
+.status.dead { background: #cf222e; color: #fff; }
+.empty { color: #656d76; font-style: italic; }
+</style>
+</head>
+<body>
+<h1>redq</h1>
+<p class="meta">{{len .Queues}} queue{{if ne (len .Queues) 1}}s{{end}} &middot; generated {{.Generated}}
+{{- if .Refresh}} &middot; refreshing every {{.Refresh}}s{{end}}
+&middot; {{if .Condensed}}<a href="{{.FullURL}}">full layout</a>{{else}}<a href="{{.CondensedURL}}">condensed layout</a>{{end}}
+&middot; <a href="{{.JSONURL}}">JSON</a></p>
+<table id="queues">
+<thead>
+<tr><th scope="col">queue{{if not .Condensed}} / connection{{end}}</th><th scope="col">ready</th><th scope="col">rejected</th><th scope="col">unacked</th><th scope="col">consumers</th><th scope="col">connections</th></tr>
+</thead>
+{{- range .Queues}}
+<tbody>
+<tr class="queue" data-queue="{{.Name}}">
+<th scope="row">{{.Name}}</th>
+<td data-field="ready">{{.Ready}}</td>
+<td data-field="rejected"{{if .Rejected}} class="nonzero-rejected"{{end}}>{{.Rejected}}</td>
+<td data-field="unacked">{{.Unacked}}</td>
+<td data-field="consumers">{{.Consumers}}</td>
+<td data-field="connections">{{.Connections}}{{if .DeadConnections}} <span class="status dead" title="dead connections still holding unacked deliveries until a cleaner runs">{{.DeadConnections}} dead</span>{{end}}</td>
+</tr>
+{{- if not $.Condensed}}
+{{- $queue := .Name}}
+{{- range .Conns}}
+<tr class="connection {{if .Active}}active{{else}}dead{{end}}" data-queue="{{$queue}}" data-connection="{{.Name}}">
+<td class="name">{{.Name}}</td>
+<td></td>
+<td></td>
+<td data-field="unacked">{{.Unacked}}</td>
+<td data-field="consumers">{{.Consumers}}</td>
+<td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
+</tr>
+{{- end}}
+{{- end}}
+</tbody>
+{{- else}}
+<tbody><tr><td class="empty" colspan="6">No queues have been opened in this namespace yet.</td></tr></tbody>
+{{- end}}
+</table>
+{{- if .Condensed}}
+<p class="meta">{{len .Others}} other connection{{if ne (len .Others) 1}}s{{end}}{{if .OthersDead}} ({{.OthersDead}} dead){{end}}</p>
+{{- else}}
+<h2>Other connections</h2>
+<table id="other-connections">
+<thead><tr><th scope="col">connection</th><th scope="col">status</th></tr></thead>
+<tbody>
+{{- range .Others}}
+<tr class="connection {{if .Active}}active{{else}}dead{{end}}" data-other="{{.Name}}">
+<td class="name">{{.Name}}</td>
+<td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
+</tr>
+{{- else}}
+<tr><td class="empty" colspan="2">No other connections.</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
+</body>
+</html>
+`

@@ -1,0 +1,471 @@
+package redq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The stats page marks its rows with data-queue, data-connection or
+// data-other and its number cells with data-field, so the tests read it
+// with a few regular expressions instead of an HTML parser.
+var (
+	pageRowRe  = regexp.MustCompile(`(?s)<tr([^>]*)>(.*?)</tr>`)
+	pageAttrRe = regexp.MustCompile(`([a-z-]+)="([^"]*)"`)
+	pageCellRe = regexp.MustCompile(`(?s)<td data-field="([a-z]+)"[^>]*>(.*?)</td>`)
+	pageTagRe  = regexp.MustCompile(`<[^>]*>`)
+)
+
+// pageRow is one table row of the stats page: its attributes (class,
+// data-queue, data-connection, data-other) and its cells by data-field,
+// as text with tags removed and entities decoded.
+type pageRow struct {
+	attrs map[string]string
+	cells map[string]string
+}
+
+func parseStatsPage(t *testing.T, body string) []pageRow {
+	t.Helper()
+	var rows []pageRow
+	for _, m := range pageRowRe.FindAllStringSubmatch(body, -1) {
+		r := pageRow{attrs: map[string]string{}, cells: map[string]string{}}
+		for _, a := range pageAttrRe.FindAllStringSubmatch(m[1], -1) {
+			r.attrs[a[1]] = html.UnescapeString(a[2])
+		}
+		for _, c := range pageCellRe.FindAllStringSubmatch(m[2], -1) {
+			text := pageTagRe.ReplaceAllString(c[2], "")
+			r.cells[c[1]] = strings.TrimSpace(html.UnescapeString(text))
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// number returns the leading number of a cell ("1 1 dead" -> "1").
+func (r pageRow) number(field string) string {
+	f := strings.Fields(r.cells[field])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+func (r pageRow) wantNumbers(t *testing.T, what string, want map[string]string) {
+	t.Helper()
+	for field, w := range want {
+		if got := r.number(field); got != w {
+			t.Errorf("%s: %s = %q, want %q (cells %v)", what, field, got, w, r.cells)
+		}
+	}
+}
+
+// pageRows splits the rows by kind: queue rows in page order, connection
+// rows by queue and connection name, other connections by name.
+func pageRows(t *testing.T, body string) (queues []pageRow, conns map[string]map[string]pageRow, others map[string]pageRow) {
+	t.Helper()
+	conns, others = map[string]map[string]pageRow{}, map[string]pageRow{}
+	for _, r := range parseStatsPage(t, body) {
+		switch {
+		case r.attrs["data-other"] != "":
+			others[r.attrs["data-other"]] = r
+		case r.attrs["data-connection"] != "":
+			q := r.attrs["data-queue"]
+			if conns[q] == nil {
+				conns[q] = map[string]pageRow{}
+			}
+			conns[q][r.attrs["data-connection"]] = r
+		case r.attrs["data-queue"] != "":
+			queues = append(queues, r)
+		}
+	}
+	return queues, conns, others
+}
+
+func handlerGet(t *testing.T, h http.Handler, target string) (*http.Response, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+	res := rec.Result()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(body)
+}
+
+// handlerFixture is a namespace with two queues in known states:
+//
+//	jobs:  ready 4, rejected 3, unacked 5, held by a dead connection
+//	other: ready 0, unacked 3, held by the live handler connection with
+//	       2 consumers
+//
+// plus a publisher connection that consumes nothing.
+type handlerFixture struct {
+	handler                  http.Handler
+	dead, consumer, producer string // connection names
+}
+
+func newHandlerFixture(t *testing.T, b backend) handlerFixture {
+	t.Helper()
+	ns := namespace()
+	producer := openT(t, b, "producer", ns)
+	worker := openT(t, b, "worker", ns)
+	server := openT(t, b, "server", ns)
+
+	jobsP := openQueue(t, producer, "jobs")
+	otherP := openQueue(t, producer, "other")
+
+	// A worker takes all 10 jobs, rejects 3, acks 2, and dies holding 5.
+	if err := jobsP.Publish("j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9"); err != nil {
+		t.Fatal(err)
+	}
+	held := hold(t, openQueue(t, worker, "jobs"), 10, 10)
+	for _, d := range held[:3] {
+		if err := d.Reject(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range held[3:5] {
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-worker.StopAllConsuming()
+	if err := jobsP.Publish("k0", "k1", "k2", "k3"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server consumes "other" with two consumers that hold 3.
+	other := openQueue(t, server, "other")
+	if err := other.StartConsuming(10, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	h := holder{ch: make(chan Delivery, 100)}
+	for range 2 {
+		if _, err := other.AddConsumer("holder", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := otherP.Publish("o0", "o1", "o2"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-h.ch:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the other queue's consumers got nothing")
+		}
+	}
+	return handlerFixture{handler: NewHandler(server), dead: worker.Name(), consumer: server.Name(), producer: producer.Name()}
+}
+
+func TestHandlerOnRedis(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newHandlerFixture(t, b)
+
+		t.Run("html", func(t *testing.T) {
+			res, body := handlerGet(t, f.handler, "/")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			if ct := res.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+			if !strings.Contains(body, "<title>redq</title>") {
+				t.Error("page has no title redq")
+			}
+			if strings.Contains(body, `http-equiv="refresh"`) {
+				t.Error("page refreshes without ?refresh")
+			}
+			queues, conns, others := pageRows(t, body)
+			if len(queues) != 2 || queues[0].attrs["data-queue"] != "jobs" || queues[1].attrs["data-queue"] != "other" {
+				t.Fatalf("queue rows = %v, want jobs and other in that order", queues)
+			}
+			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "unacked": "5", "consumers": "0", "connections": "1"})
+			queues[1].wantNumbers(t, "other", map[string]string{"ready": "0", "rejected": "0", "unacked": "3", "consumers": "2", "connections": "1"})
+			if c := queues[0].cells["connections"]; !strings.Contains(c, "1 dead") {
+				t.Errorf("jobs connections cell %q does not flag the dead connection", c)
+			}
+			if c := queues[1].cells["connections"]; strings.Contains(c, "dead") {
+				t.Errorf("other connections cell %q flags a dead connection", c)
+			}
+
+			if len(conns["jobs"]) != 1 || len(conns["other"]) != 1 {
+				t.Fatalf("connection rows = %v, want one per queue", conns)
+			}
+			dead, ok := conns["jobs"][f.dead]
+			if !ok {
+				t.Fatalf("no row for dead connection %s under jobs: %v", f.dead, conns["jobs"])
+			}
+			dead.wantNumbers(t, "dead connection", map[string]string{"status": "dead", "unacked": "5", "consumers": "0"})
+			if !strings.Contains(dead.attrs["class"], "dead") {
+				t.Errorf("dead connection row class %q is not marked dead", dead.attrs["class"])
+			}
+			live, ok := conns["other"][f.consumer]
+			if !ok {
+				t.Fatalf("no row for connection %s under other: %v", f.consumer, conns["other"])
+			}
+			live.wantNumbers(t, "live connection", map[string]string{"status": "active", "unacked": "3", "consumers": "2"})
+			if strings.Contains(live.attrs["class"], "dead") {
+				t.Errorf("live connection row class %q is marked dead", live.attrs["class"])
+			}
+
+			if len(others) != 1 {
+				t.Fatalf("other connections = %v, want only the producer %s", others, f.producer)
+			}
+			if p, ok := others[f.producer]; !ok || p.cells["status"] != "active" {
+				t.Errorf("producer %s in other connections: %v, %v; want active", f.producer, ok, p.cells)
+			}
+		})
+
+		t.Run("condensed", func(t *testing.T) {
+			res, body := handlerGet(t, f.handler, "/?layout=condensed")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			queues, conns, others := pageRows(t, body)
+			if len(queues) != 2 {
+				t.Fatalf("condensed page has %d queue rows, want 2", len(queues))
+			}
+			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "unacked": "5", "connections": "1"})
+			if len(conns) != 0 || len(others) != 0 {
+				t.Errorf("condensed page shows connection rows: %v, others %v", conns, others)
+			}
+			for _, name := range []string{f.dead, f.consumer, f.producer} {
+				if strings.Contains(body, name) {
+					t.Errorf("condensed page mentions connection %s", name)
+				}
+			}
+			if !strings.Contains(body, "1 other connection") {
+				t.Error("condensed page does not count the other connections")
+			}
+		})
+
+		t.Run("json", func(t *testing.T) {
+			res, body := handlerGet(t, f.handler, "/?format=json")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q, want application/json", ct)
+			}
+			var s Stats
+			if err := json.Unmarshal([]byte(body), &s); err != nil {
+				t.Fatalf("decode %s: %v", body, err)
+			}
+			jobs, other := s.QueueStats["jobs"], s.QueueStats["other"]
+			if len(s.QueueStats) != 2 {
+				t.Errorf("queues = %v, want jobs and other", s.Names())
+			}
+			if jobs.ReadyCount != 4 || jobs.RejectedCount != 3 || jobs.UnackedCount() != 5 {
+				t.Errorf("jobs = %d/%d/%d ready/rejected/unacked, want 4/3/5", jobs.ReadyCount, jobs.RejectedCount, jobs.UnackedCount())
+			}
+			if cs, ok := jobs.Connections[f.dead]; !ok || cs.Active || cs.UnackedCount != 5 {
+				t.Errorf("jobs connection %s = %+v (present %v), want dead with 5 unacked", f.dead, cs, ok)
+			}
+			if other.UnackedCount() != 3 || other.ConsumerCount() != 2 || !other.Connections[f.consumer].Active {
+				t.Errorf("other = %+v, want 3 unacked, 2 consumers, %s active", other, f.consumer)
+			}
+			if len(s.OtherConnections) != 1 || !s.OtherConnections[f.producer] {
+				t.Errorf("other connections = %v, want %s active", s.OtherConnections, f.producer)
+			}
+			// The totals are in the JSON too, for machines.
+			var raw struct {
+				Queues map[string]map[string]any `json:"queues"`
+			}
+			if err := json.Unmarshal([]byte(body), &raw); err != nil {
+				t.Fatal(err)
+			}
+			if u := raw.Queues["jobs"]["unacked"]; u != float64(5) {
+				t.Errorf(`JSON queues.jobs.unacked = %v, want 5`, u)
+			}
+		})
+
+		t.Run("refresh", func(t *testing.T) {
+			res, body := handlerGet(t, f.handler, "/?refresh=7&layout=condensed")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body)
+			}
+			if !strings.Contains(body, `<meta http-equiv="refresh" content="7">`) {
+				t.Error("no refresh meta tag for ?refresh=7")
+			}
+			// The layout links keep the refresh.
+			if !strings.Contains(body, `href="?refresh=7"`) {
+				t.Error("the full-layout link drops the refresh")
+			}
+		})
+	})
+}
+
+// handlerStubConn is a Connection that answers stats with whatever the test
+// sets, including names no real queue can have, and counts the calls.
+type handlerStubConn struct {
+	queues   []string
+	stats    Stats
+	queueErr error
+	statsErr error
+	calls    int
+	ctxSeen  []context.Context
+}
+
+func (c *handlerStubConn) OpenQueue(string) (Queue, error) { return nil, errors.New("stub") }
+func (c *handlerStubConn) CollectStats(q []string) (Stats, error) {
+	return c.CollectStatsContext(context.Background(), q)
+}
+
+func (c *handlerStubConn) CollectStatsContext(ctx context.Context, _ []string) (Stats, error) {
+	c.calls++
+	c.ctxSeen = append(c.ctxSeen, ctx)
+	return c.stats, c.statsErr
+}
+func (c *handlerStubConn) GetOpenQueues() ([]string, error) {
+	return c.GetOpenQueuesContext(context.Background())
+}
+
+func (c *handlerStubConn) GetOpenQueuesContext(ctx context.Context) ([]string, error) {
+	c.calls++
+	c.ctxSeen = append(c.ctxSeen, ctx)
+	return c.queues, c.queueErr
+}
+
+func (c *handlerStubConn) StopAllConsuming() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+func TestHandlerBadQuery(t *testing.T) {
+	for _, q := range []string{
+		"refresh=0", "refresh=3601", "refresh=-5", "refresh=abc", "refresh=1.5", "refresh=%205",
+		"layout=full", "layout=CONDENSED",
+		"format=xml", "format=JSON",
+	} {
+		t.Run(q, func(t *testing.T) {
+			stub := &handlerStubConn{}
+			res, body := handlerGet(t, NewHandler(stub), "/?"+q)
+			if res.StatusCode != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400; body %q", res.StatusCode, body)
+			}
+			name := q[:strings.IndexByte(q, '=')]
+			if !strings.Contains(body, "invalid "+name) {
+				t.Errorf("body %q does not say which option is invalid", body)
+			}
+			if stub.calls != 0 {
+				t.Errorf("a bad request read Redis %d times", stub.calls)
+			}
+		})
+	}
+	for _, q := range []string{"refresh=1", "refresh=3600", "layout=", "layout=condensed", "format=html", "format=json", "format=", "unknown=ignored"} {
+		t.Run("ok "+q, func(t *testing.T) {
+			stub := &handlerStubConn{stats: Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}}
+			if res, body := handlerGet(t, NewHandler(stub), "/?"+q); res.StatusCode != http.StatusOK {
+				t.Errorf("status %d, want 200; body %q", res.StatusCode, body)
+			}
+		})
+	}
+}
+
+func TestHandlerMethodNotAllowed(t *testing.T) {
+	stub := &handlerStubConn{}
+	rec := httptest.NewRecorder()
+	NewHandler(stub).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") == "" {
+		t.Errorf("POST: status %d, Allow %q; want 405 with Allow", rec.Code, rec.Header().Get("Allow"))
+	}
+	if stub.calls != 0 {
+		t.Errorf("POST read Redis %d times", stub.calls)
+	}
+}
+
+func TestHandlerRedisErrors(t *testing.T) {
+	for name, stub := range map[string]*handlerStubConn{
+		"list queues":   {queueErr: errors.New("redq: list queues: connection refused")},
+		"collect stats": {queues: []string{"q"}, statsErr: errors.New("redq: collect stats: connection refused")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, target := range []string{"/", "/?format=json"} {
+				res, body := handlerGet(t, NewHandler(stub), target)
+				if res.StatusCode != http.StatusInternalServerError {
+					t.Errorf("%s: status %d, want 500", target, res.StatusCode)
+				}
+				if !strings.Contains(body, "connection refused") || strings.Contains(body, "<html") {
+					t.Errorf("%s: body %q, want the plain error text", target, body)
+				}
+				if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+					t.Errorf("%s: Content-Type %q, want text/plain", target, ct)
+				}
+			}
+		})
+	}
+}
+
+// TestHandlerEscapesNames feeds the page names that real queues and
+// connections cannot have (they are validated), to prove that the
+// template escapes text and attributes: html/template, not text/template.
+func TestHandlerEscapesNames(t *testing.T) {
+	const evilQueue = `<script>alert("q")</script>`
+	const evilConn = `c"><img src=x onerror=alert(1)>`
+	stub := &handlerStubConn{
+		queues: []string{evilQueue},
+		stats: Stats{
+			QueueStats: map[string]QueueStat{evilQueue: {
+				ReadyCount:  1,
+				Connections: map[string]ConnectionStat{evilConn: {Active: true, UnackedCount: 2, ConsumerCount: 1}},
+			}},
+			OtherConnections: map[string]bool{"<b>other</b>": false},
+		},
+	}
+	res, body := handlerGet(t, NewHandler(stub), "/")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", res.StatusCode, body)
+	}
+	for _, raw := range []string{"<script>alert", `"><img`, "<img src=x", "<b>other"} {
+		if strings.Contains(body, raw) {
+			t.Errorf("page contains unescaped %q", raw)
+		}
+	}
+	queues, conns, others := pageRows(t, body)
+	if len(queues) != 1 || queues[0].attrs["data-queue"] != evilQueue {
+		t.Fatalf("queue rows %v: the escaped name does not round-trip", queues)
+	}
+	if _, ok := conns[evilQueue][evilConn]; !ok {
+		t.Errorf("connection rows %v: the escaped connection name does not round-trip", conns)
+	}
+	if o, ok := others["<b>other</b>"]; !ok || o.cells["status"] != "dead" {
+		t.Errorf("other connections %v: want <b>other</b> dead", others)
+	}
+}
+
+func TestHandlerNoQueues(t *testing.T) {
+	stub := &handlerStubConn{stats: Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}}
+	res, body := handlerGet(t, NewHandler(stub), "/")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "No queues") {
+		t.Errorf("status %d, body without the empty note:\n%s", res.StatusCode, body)
+	}
+}
+
+// TestHandlerUsesRequestContext checks that Redis is read in the request's
+// context, so a client that goes away cancels the work.
+func TestHandlerUsesRequestContext(t *testing.T) {
+	type key struct{}
+	stub := &handlerStubConn{queues: []string{"q"}, stats: Stats{QueueStats: map[string]QueueStat{"q": {}}}}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req = req.WithContext(context.WithValue(req.Context(), key{}, "request"))
+	NewHandler(stub).ServeHTTP(httptest.NewRecorder(), req)
+	if len(stub.ctxSeen) != 2 {
+		t.Fatalf("%d Redis calls, want 2", len(stub.ctxSeen))
+	}
+	for i, ctx := range stub.ctxSeen {
+		if ctx.Value(key{}) != "request" {
+			t.Errorf("call %d did not get the request's context", i)
+		}
+	}
+}
