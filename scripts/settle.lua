@@ -15,6 +15,16 @@
 -- destination, 'R' push to its head; ARGV[3] field, ARGV[4] token,
 -- ARGV[5..] delivery ids
 local registered = redis.call('HEXISTS', KEYS[2], ARGV[1])
+if registered == 0 then
+  -- A cleaner emptied this connection's storage and unregistered it: there
+  -- is nothing to settle, and nothing to remember (the cleaner deleted the
+  -- replies hash; writing it again would leave it behind).
+  local out = {0}
+  for i = 5, #ARGV do
+    out[#out + 1] = 0
+  end
+  return out
+end
 local token = ARGV[4]
 local last = redis.call('HGET', KEYS[3], ARGV[3])
 local out = {registered}

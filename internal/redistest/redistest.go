@@ -224,7 +224,8 @@ func (s *Server) launchLocked() error {
 	}
 	cmd := exec.Command(s.bin, args...)
 	// Own process group: signals we send never reach the test process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary that dies (a timeout, ^C) takes its servers along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out := new(bytes.Buffer)
 	cmd.Stdout = out
 	cmd.Stderr = out
