@@ -15,8 +15,7 @@ func TestCollectStats(t *testing.T) {
 		if err := q.Publish("1", "2", "3", "4", "5"); err != nil {
 			t.Fatal(err)
 		}
-		ds := hold(t, q, 2, 2)
-		<-q.StopConsuming()
+		ds := take(t, q, 2)
 		if err := ds[0].Reject(); err != nil {
 			t.Fatal(err)
 		}
