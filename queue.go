@@ -62,8 +62,24 @@ type Queue interface {
 	Drain(count int64) ([]string, error)
 	// Remove deletes ready deliveries (and rejected ones if
 	// removeFromRejected) whose payload equals payload: all of them when
-	// count is 0, else at most count.
+	// count is 0, else at most count, the most recently published first.
+	// It scans the lists: an operation for operators, not a hot path.
 	Remove(payload string, count int64, removeFromRejected bool) error
+
+	// ReturnUnackedContext is ReturnUnacked with a context.
+	ReturnUnackedContext(ctx context.Context, max int64) (int64, error)
+	// ReturnRejectedContext is ReturnRejected with a context.
+	ReturnRejectedContext(ctx context.Context, max int64) (int64, error)
+	// PurgeReadyContext is PurgeReady with a context.
+	PurgeReadyContext(ctx context.Context) (int64, error)
+	// PurgeRejectedContext is PurgeRejected with a context.
+	PurgeRejectedContext(ctx context.Context) (int64, error)
+	// DestroyContext is Destroy with a context.
+	DestroyContext(ctx context.Context) (readyCount, rejectedCount int64, err error)
+	// DrainContext is Drain with a context.
+	DrainContext(ctx context.Context, count int64) ([]string, error)
+	// RemoveContext is Remove with a context.
+	RemoveContext(ctx context.Context, payload string, count int64, removeFromRejected bool) error
 }
 
 // PublishOption sets a property of a published delivery (see Put).
@@ -532,7 +548,11 @@ func flags(v any, n int) ([]bool, bool, error) {
 // Management
 
 func (q *redisQueue) ReturnUnacked(max int64) (int64, error) {
-	return q.returnUnacked(context.Background(), q.conn.name, max, false)
+	return q.ReturnUnackedContext(context.Background(), max)
+}
+
+func (q *redisQueue) ReturnUnackedContext(ctx context.Context, max int64) (int64, error) {
+	return q.returnUnacked(ctx, q.conn.name, max, false)
 }
 
 // returnUnacked moves up to max deliveries of conn's unacked hash back to
@@ -574,10 +594,13 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 }
 
 func (q *redisQueue) ReturnRejected(max int64) (int64, error) {
+	return q.ReturnRejectedContext(context.Background(), max)
+}
+
+func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int64, error) {
 	if max < 0 {
 		return 0, argError("max", max, "must not be negative")
 	}
-	ctx := context.Background()
 	var total int64
 	for total < max {
 		n, err := scripts.returnRejected.Run(ctx, q.conn.client, []string{q.keys.rejected, q.keys.ready}, min(max-total, fetchChunk)).Int64()
@@ -601,7 +624,11 @@ func (q *redisQueue) purge(ctx context.Context, keys ...string) ([]int64, error)
 }
 
 func (q *redisQueue) PurgeReady() (int64, error) {
-	n, err := q.purge(context.Background(), q.keys.ready)
+	return q.PurgeReadyContext(context.Background())
+}
+
+func (q *redisQueue) PurgeReadyContext(ctx context.Context) (int64, error) {
+	n, err := q.purge(ctx, q.keys.ready)
 	if err != nil {
 		return 0, err
 	}
@@ -609,7 +636,11 @@ func (q *redisQueue) PurgeReady() (int64, error) {
 }
 
 func (q *redisQueue) PurgeRejected() (int64, error) {
-	n, err := q.purge(context.Background(), q.keys.rejected)
+	return q.PurgeRejectedContext(context.Background())
+}
+
+func (q *redisQueue) PurgeRejectedContext(ctx context.Context) (int64, error) {
+	n, err := q.purge(ctx, q.keys.rejected)
 	if err != nil {
 		return 0, err
 	}
@@ -617,7 +648,10 @@ func (q *redisQueue) PurgeRejected() (int64, error) {
 }
 
 func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
-	ctx := context.Background()
+	return q.DestroyContext(context.Background())
+}
+
+func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCount int64, err error) {
 	n, err := q.purge(ctx, q.keys.ready, q.keys.rejected)
 	if err != nil {
 		return 0, 0, err
@@ -629,13 +663,17 @@ func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
 }
 
 func (q *redisQueue) Drain(count int64) ([]string, error) {
+	return q.DrainContext(context.Background(), count)
+}
+
+func (q *redisQueue) DrainContext(ctx context.Context, count int64) ([]string, error) {
 	if count < 0 {
 		return nil, argError("count", count, "must not be negative")
 	}
 	if count == 0 {
 		return nil, nil
 	}
-	items, err := q.conn.client.RPopCount(context.Background(), q.keys.ready, int(count)).Result()
+	items, err := q.conn.client.RPopCount(ctx, q.keys.ready, int(count)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redq: drain %q: %w", q.name, err)
 	}
@@ -648,10 +686,13 @@ func (q *redisQueue) Drain(count int64) ([]string, error) {
 }
 
 func (q *redisQueue) Remove(payload string, count int64, removeFromRejected bool) error {
+	return q.RemoveContext(context.Background(), payload, count, removeFromRejected)
+}
+
+func (q *redisQueue) RemoveContext(ctx context.Context, payload string, count int64, removeFromRejected bool) error {
 	if count < 0 {
 		return argError("count", count, "must not be negative")
 	}
-	ctx := context.Background()
 	removed, err := q.removeFrom(ctx, q.keys.ready, payload, count)
 	if err != nil || !removeFromRejected || (count > 0 && removed >= count) {
 		return err

@@ -231,6 +231,31 @@ func (q *TestQueue) Remove(payload string, count int64, _ bool) error {
 	return nil
 }
 
+// ReturnUnackedContext returns 0.
+func (q *TestQueue) ReturnUnackedContext(context.Context, int64) (int64, error) { return 0, nil }
+
+// ReturnRejectedContext returns 0.
+func (q *TestQueue) ReturnRejectedContext(context.Context, int64) (int64, error) { return 0, nil }
+
+// PurgeReadyContext is PurgeReady.
+func (q *TestQueue) PurgeReadyContext(context.Context) (int64, error) { return q.PurgeReady() }
+
+// PurgeRejectedContext returns 0.
+func (q *TestQueue) PurgeRejectedContext(context.Context) (int64, error) { return 0, nil }
+
+// DestroyContext is Destroy.
+func (q *TestQueue) DestroyContext(context.Context) (int64, int64, error) { return q.Destroy() }
+
+// DrainContext is Drain.
+func (q *TestQueue) DrainContext(_ context.Context, count int64) ([]string, error) {
+	return q.Drain(count)
+}
+
+// RemoveContext is Remove.
+func (q *TestQueue) RemoveContext(_ context.Context, payload string, count int64, fromRejected bool) error {
+	return q.Remove(payload, count, fromRejected)
+}
+
 // State is what happened to a TestDelivery.
 type State int
 

@@ -200,7 +200,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	// Rejected work flows back: an operator would run return-rejected
 	// after an outage; the demo does it every few seconds.
 	every(returnEvery, func() {
-		k, err := queue.ReturnRejected(math.MaxInt64)
+		k, err := queue.ReturnRejectedContext(runCtx, math.MaxInt64)
 		n.returned.Add(k)
 		if err != nil {
 			out.logf("return rejected: %v", err)

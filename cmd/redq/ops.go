@@ -150,7 +150,7 @@ func returnRejectedCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io
 			limit = math.MaxInt64
 		}
 		return withExistingQueue(ctx, rf, *queue, func(q redq.Queue) error {
-			n, err := q.ReturnRejected(limit)
+			n, err := q.ReturnRejectedContext(ctx, limit)
 			if err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func purgeRejectedCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.
 	queue := fs.String("queue", "", "queue whose rejected deliveries are deleted (required)")
 	return func(ctx context.Context, stdout, stderr io.Writer) error {
 		return withExistingQueue(ctx, rf, *queue, func(q redq.Queue) error {
-			n, err := q.PurgeRejected()
+			n, err := q.PurgeRejectedContext(ctx)
 			if err != nil {
 				return err
 			}
