@@ -29,14 +29,36 @@ func (ds Deliveries) Payloads() []string {
 	return out
 }
 
-// Ack acks every delivery.
-func (ds Deliveries) Ack() map[int]error { return ds.AckContext(context.Background()) }
+// Ack acks every delivery. Like Delivery.Ack, it retries Redis errors for
+// at most the heartbeat TTL.
+func (ds Deliveries) Ack() map[int]error {
+	ctx, cancel := ds.untilTTL()
+	defer cancel()
+	return ds.AckContext(ctx)
+}
 
 // Reject rejects every delivery.
-func (ds Deliveries) Reject() map[int]error { return ds.RejectContext(context.Background()) }
+func (ds Deliveries) Reject() map[int]error {
+	ctx, cancel := ds.untilTTL()
+	defer cancel()
+	return ds.RejectContext(ctx)
+}
 
 // Push pushes every delivery.
-func (ds Deliveries) Push() map[int]error { return ds.PushContext(context.Background()) }
+func (ds Deliveries) Push() map[int]error {
+	ctx, cancel := ds.untilTTL()
+	defer cancel()
+	return ds.PushContext(ctx)
+}
+
+func (ds Deliveries) untilTTL() (context.Context, context.CancelFunc) {
+	for _, d := range ds {
+		if rd, ok := d.(*redisDelivery); ok {
+			return rd.untilTTL()
+		}
+	}
+	return context.WithCancel(context.Background())
+}
 
 // AckContext is Ack with a context.
 func (ds Deliveries) AckContext(ctx context.Context) map[int]error {
@@ -53,8 +75,9 @@ func (ds Deliveries) PushContext(ctx context.Context) map[int]error {
 	return ds.each(ctx, "push", Delivery.PushContext)
 }
 
-// each groups the Redis deliveries by queue and runs one call per group (in
-// chunks of fetchChunk). Other Delivery implementations (test doubles) get
+// each groups the Redis deliveries by queue and settles each group in one
+// request to the committer (which chunks it). Other Delivery
+// implementations (test doubles) get
 // the single verb; deliveries whose group call failed with a Redis error
 // get the single verb too, which retries and knows the call may have
 // reached Redis.
@@ -77,24 +100,20 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery
 	}
 	for _, q := range queues {
 		idx := byQueue[q]
-		for len(idx) > 0 {
-			chunk := idx[:min(len(idx), fetchChunk)]
-			idx = idx[len(chunk):]
-			ids := make([]string, len(chunk))
-			for j, i := range chunk {
-				ids[j] = ds[i].(*redisDelivery).id
+		ids := make([]string, len(idx))
+		for j, i := range idx {
+			ids[j] = ds[i].(*redisDelivery).id
+		}
+		done, registered, err := q.settle(ctx, verb, ids)
+		for j, i := range idx {
+			var e error
+			if err != nil {
+				e = ds[i].(*redisDelivery).do(ctx, verb, true)
+			} else {
+				e = q.conn.outcome(verb, done[j], registered, false)
 			}
-			done, registered, err := q.settle(ctx, verb, ids)
-			for j, i := range chunk {
-				var e error
-				if err != nil {
-					e = ds[i].(*redisDelivery).do(ctx, verb, true)
-				} else {
-					e = q.conn.outcome(verb, done[j], registered, false)
-				}
-				if e != nil {
-					errs[i] = e
-				}
+			if e != nil {
+				errs[i] = e
 			}
 		}
 	}

@@ -97,3 +97,33 @@ func TestBatchPushAndMixedDeliveries(t *testing.T) {
 		}
 	})
 }
+
+// A batch larger than one script call holds (1,000) is settled in chunks,
+// each delivery exactly once.
+func TestLargeBatchIsSettledInChunks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "large", namespace())
+		q := openQueue(t, c, "large")
+		payloads := make([]string, 2500)
+		for i := range payloads {
+			payloads[i] = fmt.Sprint(i)
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		ds := Deliveries(take(t, q, 2500))
+		if errs := ds[:1200].Reject(); len(errs) != 0 {
+			t.Fatalf("reject: %d errors, e.g. %v", len(errs), errs[0])
+		}
+		errs := ds.Ack()
+		if len(errs) != 1200 {
+			t.Fatalf("ack of 2500 of which 1200 were rejected: %d errors", len(errs))
+		}
+		for i := 0; i < 1200; i++ {
+			if errs[i] == nil {
+				t.Fatalf("delivery %d was rejected, its ack must fail", i)
+			}
+		}
+		wantCounts(t, c, "large", 0, 1200, 0)
+	})
+}
