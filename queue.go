@@ -28,9 +28,11 @@ type Queue interface {
 	Put(ctx context.Context, payload []byte, opts ...PublishOption) error
 	// SetPushQueue sets where Push moves deliveries (nil: Push rejects).
 	SetPushQueue(pushQueue Queue)
-	// StartConsuming starts fetching deliveries: up to prefetchLimit are
-	// held by this connection at a time, and an idle queue waits on Redis
-	// for at most pollDuration per call (a publish wakes it at once).
+	// StartConsuming starts fetching deliveries into a buffer of
+	// prefetchLimit, refilled in one Redis call when it is half empty (as in
+	// rmq, deliveries a consumer has taken and not yet settled do not
+	// count). An idle queue waits on Redis for at most pollDuration per call;
+	// a publish wakes it at once.
 	StartConsuming(prefetchLimit int64, pollDuration time.Duration) error
 	// StopConsuming stops fetching; consumers finish their current delivery.
 	// Deliveries fetched but not yet handed to a consumer go back to the
