@@ -10,6 +10,10 @@
 local max = tonumber(ARGV[2])
 local cursor = ARGV[3]
 local fields, values = {}, {}
+-- The cursor moves on even when a step returned more than fits: going back
+-- would rescan the emptied buckets on every call. What a step left behind
+-- is found by the next pass from cursor 0, which the caller runs while the
+-- hash is not empty.
 repeat
   local res = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', max)
   cursor = res[1]
