@@ -212,3 +212,37 @@ func TestRepeatedFetchReturnsTheSameDeliveries(t *testing.T) {
 		wantCounts(t, c, "q", 0, 0, 4)
 	})
 }
+
+// Copies of one envelope taken together (a list copied by hand) stay
+// distinct deliveries: each is stored under an id of its own, can be acked
+// on its own, and a cleaner would return each of them.
+func TestRepeatedEnvelopesStayDistinct(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "copies", namespace())
+		q := openQueue(t, c, "q")
+		if err := q.Publish("original"); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		env, err := b.client.LIndex(ctx, q.keys.ready, 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.LPush(ctx, q.keys.ready, env, env).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ds := take(t, q, 3)
+		wantCounts(t, c, "q", 0, 0, 3)
+		for i, d := range ds {
+			if d.Payload() != "original" {
+				t.Fatalf("copy %d: payload %q", i, d.Payload())
+			}
+		}
+		for _, d := range ds {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCounts(t, c, "q", 0, 0, 0)
+	})
+}

@@ -38,7 +38,7 @@ if not items then
   redis.call('HSET', KEYS[5], ARGV[4], token .. '|')
   return {}
 end
-local kv, ids = {}, {}
+local kv, ids, seen = {}, {}, {}
 for i, e in ipairs(items) do
   local b = string.byte(e, 1)
   if #e < 13 or (b ~= 1 and b ~= 2) then
@@ -47,6 +47,14 @@ for i, e in ipairs(items) do
     items[i] = e
   end
   local id = string.sub(e, 2, 13)
+  if seen[id] then
+    -- the same envelope twice in one take (a list copied by hand): the
+    -- repeat gets an id of its own so both keep a slot in the hash
+    id = string.format('~%011d', redis.call('INCR', KEYS[4]))
+    e = string.sub(e, 1, 1) .. id .. string.sub(e, 14)
+    items[i] = e
+  end
+  seen[id] = true
   kv[#kv + 1] = id
   kv[#kv + 1] = e
   ids[i] = id
