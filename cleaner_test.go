@@ -282,3 +282,33 @@ func TestReturnUnacked(t *testing.T) {
 		}
 	})
 }
+
+// A live connection keeps its heartbeat fresh: however long it holds its
+// deliveries, well past the heartbeat TTL, the cleaner leaves them alone.
+func TestHeartbeatKeepsALiveConnectionsDeliveries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		worker := openT(t, b, "worker", ns, WithHeartbeat(20*time.Millisecond, 200*time.Millisecond))
+		admin := openT(t, b, "admin", ns)
+		q := openQueue(t, worker, "jobs")
+		if err := q.Publish("a", "b"); err != nil {
+			t.Fatal(err)
+		}
+		ds := take(t, q, 2)
+		for i := 0; i < 10; i++ { // 1s: five TTLs
+			time.Sleep(100 * time.Millisecond)
+			if b.mini != nil {
+				b.mini.FastForward(100 * time.Millisecond) // miniredis moves its clock only when told
+			}
+			if n, err := NewCleaner(admin).Clean(); err != nil || n != 0 {
+				t.Fatalf("clean of a live connection = %d, %v", n, err)
+			}
+		}
+		for _, d := range ds {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+}

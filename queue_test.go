@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestPublishConsumeAck(t *testing.T) {
@@ -88,4 +90,38 @@ func TestIdleConsumerWakesOnPublishAndStopsAtOnce(t *testing.T) {
 		}
 		t.Logf("stop took %v", time.Since(start))
 	})
+}
+
+// The rmq-style constructors reach the same Redis as Open.
+func TestOpenConnectionForms(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		addr := b.client.(*redis.Client).Options().Addr
+		ns := namespace()
+		a, err := OpenConnection("a", "tcp", addr, 0, nil, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { <-a.StopAllConsuming() }()
+		c, err := OpenConnectionWithRedisOptions("c", &redis.Options{Addr: addr}, nil, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { <-c.StopAllConsuming() }()
+		qa, _ := a.OpenQueue("shared")
+		if err := qa.Publish("hello"); err != nil {
+			t.Fatal(err)
+		}
+		s := mustStats(t, c, "shared")
+		if s.QueueStats["shared"].ReadyCount != 1 {
+			t.Fatalf("second connection sees %+v", s.QueueStats["shared"])
+		}
+		if _, err := OpenConnection("x", "tcp", "127.0.0.1:1", 0, nil); err == nil {
+			t.Fatal("a connection to a closed port was opened")
+		}
+	})
+	tc, err := OpenConnectionWithTestRedisClient("embedded", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tc.StopAllConsuming()
 }
