@@ -3,19 +3,15 @@ package redq
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // committer settles deliveries (ack, reject, push, hand back) for one
 // connection, coalescing the requests of many consumers into few Redis
-// calls (group commit). A caller that finds a free flush slot flushes
-// everything pending, its own request included, in one pipeline with one
-// script call per queue and verb; requests that arrive meanwhile wait for
-// the next flush, which the flushing caller hands to a new goroutine so it
-// can return at once. Every request returns only after Redis answered for
-// its deliveries.
+// calls (see groupCommit): one pipeline per flush, with one script call per
+// queue and verb. Every request returns only after Redis answered for its
+// deliveries.
 //
 // Each flush carries a token, and Redis keeps the last reply per flush slot
 // (see settle.lua), so a flush that go-redis sends again after a lost reply
@@ -23,15 +19,8 @@ import (
 type committer struct {
 	conn  *redisConnection
 	token atomic.Uint64
-
-	mu      sync.Mutex
-	pending []*settleRequest
-	free    []int // free flush slots
+	group *groupCommit[*settleRequest]
 }
-
-// flushSlots is how many flushes may be under way at once. Measured: 2 is
-// faster than 1 (latency) and than 4 or more (smaller batches).
-const flushSlots = 2
 
 // flushTimeout bounds one flush: the callers' contexts do not, since one
 // flush serves many callers.
@@ -60,9 +49,7 @@ type settleResult struct {
 
 func newCommitter(c *redisConnection) *committer {
 	cm := &committer{conn: c}
-	for i := 0; i < flushSlots; i++ {
-		cm.free = append(cm.free, i)
-	}
+	cm.group = newGroupCommit(cm.flush)
 	return cm
 }
 
@@ -74,52 +61,12 @@ func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string
 		return nil, true, nil
 	}
 	r := &settleRequest{q: q, mode: mode, dest: dest, ids: ids, done: make(chan settleResult, 1)}
-	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	slot, lead := c.takeSlot()
-	c.mu.Unlock()
-	if lead {
-		c.flushLoop(slot, true)
-	}
+	c.group.submit(r)
 	select {
 	case res := <-r.done:
 		return res.settled, res.registered, res.err
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
-	}
-}
-
-func (c *committer) takeSlot() (int, bool) {
-	if len(c.free) == 0 {
-		return 0, false
-	}
-	s := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	return s, true
-}
-
-// flushLoop flushes until nothing is pending, then frees its slot. A caller
-// flushes once and hands the rest to a goroutine. The slot is freed under
-// the lock only when nothing is pending, so no request is left waiting.
-func (c *committer) flushLoop(slot int, caller bool) {
-	flushed := false
-	for {
-		c.mu.Lock()
-		if len(c.pending) == 0 {
-			c.free = append(c.free, slot)
-			c.mu.Unlock()
-			return
-		}
-		if caller && flushed {
-			c.mu.Unlock()
-			go c.flushLoop(slot, false)
-			return
-		}
-		batch := c.pending
-		c.pending = nil
-		c.mu.Unlock()
-		c.flush(slot, batch)
-		flushed = true
 	}
 }
 

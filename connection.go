@@ -78,14 +78,15 @@ func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ..
 }
 
 type redisConnection struct {
-	name    string
-	client  redis.UniversalClient
-	errChan chan<- error
-	opts    options
-	keys    globalKeys
-	ids     *idSource
-	acks    *committer
-	handles atomic.Int64 // numbers queue handles
+	name      string
+	client    redis.UniversalClient
+	errChan   chan<- error
+	opts      options
+	keys      globalKeys
+	ids       *idSource
+	acks      *committer
+	publisher *publisher
+	handles   atomic.Int64 // numbers queue handles
 
 	mu       sync.Mutex
 	queues   []*redisQueue
@@ -121,6 +122,7 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 		hbDone:  make(chan struct{}),
 	}
 	c.acks = newCommitter(c)
+	c.publisher = newPublisher(c)
 	err := scripts.register.Run(ctx, client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
 		c.name, o.heartbeatTTL.Milliseconds()).Err()
 	if err != nil {

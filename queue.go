@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,8 @@ type Queue interface {
 	Publish(payload ...string) error
 	// PublishBytes adds payloads to the queue in one round trip.
 	PublishBytes(payload ...[]byte) error
-	// PublishContext is Publish with a context.
+	// PublishContext is Publish with a context. When ctx ends before Redis
+	// answered, the payloads may or may not have been published.
 	PublishContext(ctx context.Context, payload ...string) error
 	// PublishBytesContext is PublishBytes with a context.
 	PublishBytesContext(ctx context.Context, payload ...[]byte) error
@@ -84,19 +84,6 @@ type Queue interface {
 	RemoveContext(ctx context.Context, payload string, count int64, removeFromRejected bool) error
 }
 
-// PublishOption sets a property of a published delivery (see Put).
-type PublishOption func(*publishOptions)
-
-type publishOptions struct {
-	header http.Header
-}
-
-// Header attaches headers to a published delivery; the consumer reads them
-// with Delivery.Header.
-func Header(h http.Header) PublishOption {
-	return func(o *publishOptions) { o.header = h }
-}
-
 const (
 	stateIdle = iota
 	stateConsuming
@@ -140,60 +127,6 @@ func newQueue(c *redisConnection, name string) *redisQueue {
 }
 
 func (q *redisQueue) String() string { return q.name }
-
-// Publishing
-
-func (q *redisQueue) Publish(payload ...string) error {
-	return q.PublishContext(context.Background(), payload...)
-}
-
-func (q *redisQueue) PublishBytes(payload ...[]byte) error {
-	return q.PublishBytesContext(context.Background(), payload...)
-}
-
-func (q *redisQueue) PublishContext(ctx context.Context, payload ...string) error {
-	bs := make([][]byte, len(payload))
-	for i, p := range payload {
-		bs[i] = []byte(p)
-	}
-	return q.publish(ctx, nil, bs)
-}
-
-func (q *redisQueue) PublishBytesContext(ctx context.Context, payload ...[]byte) error {
-	return q.publish(ctx, nil, payload)
-}
-
-func (q *redisQueue) Put(ctx context.Context, payload []byte, opts ...PublishOption) error {
-	var o publishOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return q.publish(ctx, o.header, [][]byte{payload})
-}
-
-func (q *redisQueue) publish(ctx context.Context, header http.Header, payloads [][]byte) error {
-	if len(payloads) == 0 {
-		return nil
-	}
-	if q.conn.isStopped() {
-		return ErrorConsumingStopped
-	}
-	args := make([]any, len(payloads))
-	for i, p := range payloads {
-		if len(p) > q.conn.opts.maxPayloadSize {
-			return fmt.Errorf("%w: payload %d is %d bytes, the maximum is %d", ErrorPayloadTooLarge, i, len(p), q.conn.opts.maxPayloadSize)
-		}
-		env, err := encodeEnvelope(q.conn.ids, header, p)
-		if err != nil {
-			return argError("header", header, err.Error())
-		}
-		args[i] = env
-	}
-	if err := q.conn.client.LPush(ctx, q.keys.ready, args...).Err(); err != nil {
-		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
-	}
-	return nil
-}
 
 func (q *redisQueue) SetPushQueue(pushQueue Queue) {
 	rq, _ := pushQueue.(*redisQueue)

@@ -1,6 +1,8 @@
 package redq
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +126,45 @@ func TestOpenConnectionForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-tc.StopAllConsuming()
+}
+
+// Publishes from many goroutines share Redis calls; every payload arrives
+// once, and each goroutine's payloads keep their order.
+func TestConcurrentPublishes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "pub", namespace())
+		qs := []Queue{openQueue(t, c, "one"), openQueue(t, c, "two")}
+		const goroutines, each = 8, 300
+		var wg sync.WaitGroup
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					if err := qs[i%2].Publish(fmt.Sprintf("%d/%04d", g, i)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for qi, q := range qs {
+			got, err := q.Drain(goroutines * each)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != goroutines*each/2 {
+				t.Fatalf("queue %d holds %d, want %d", qi, len(got), goroutines*each/2)
+			}
+			last := map[string]string{}
+			for _, p := range got {
+				g, i, _ := strings.Cut(p, "/")
+				if i <= last[g] {
+					t.Fatalf("goroutine %s: %s came after %s", g, i, last[g])
+				}
+				last[g] = i
+			}
+		}
+	})
 }
