@@ -89,7 +89,7 @@ type redisConnection struct {
 	handles   atomic.Int64 // numbers queue handles
 
 	mu       sync.Mutex
-	queues   []*redisQueue
+	queues   []*redisQueue // queues that started consuming
 	stopped  bool
 	stopDone chan struct{}
 
@@ -194,6 +194,20 @@ func (c *redisConnection) connectionLost() {
 	c.StopAllConsuming()
 }
 
+// consuming records a queue that started consuming, so that
+// StopAllConsuming stops it. (Handles that only publish are not kept: a
+// program may open a queue per request.) It fails once the connection
+// stopped.
+func (c *redisConnection) consuming(q *redisQueue) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrorConsumingStopped
+	}
+	c.queues = append(c.queues, q)
+	return nil
+}
+
 func (c *redisConnection) isStopped() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,11 +228,7 @@ func (c *redisConnection) openQueue(ctx context.Context, name string) (*redisQue
 	if err := c.client.SAdd(ctx, c.keys.queues, name).Err(); err != nil {
 		return nil, fmt.Errorf("redq: open queue %q: %w", name, err)
 	}
-	q := newQueue(c, name)
-	c.mu.Lock()
-	c.queues = append(c.queues, q)
-	c.mu.Unlock()
-	return q, nil
+	return newQueue(c, name), nil
 }
 
 func (c *redisConnection) GetOpenQueues() ([]string, error) {

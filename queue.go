@@ -142,15 +142,15 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	if pollDuration <= 0 {
 		return argError("pollDuration", pollDuration, "must be positive")
 	}
-	if q.conn.isStopped() {
-		return ErrorConsumingStopped
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch q.state {
 	case stateConsuming:
 		return ErrorAlreadyConsuming
 	case stateStopped:
+		return ErrorConsumingStopped
+	}
+	if q.conn.isStopped() {
 		return ErrorConsumingStopped
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,6 +162,12 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	if err != nil {
 		cancel()
 		return fmt.Errorf("redq: start consuming %q: %w", q.name, err)
+	}
+	// From here StopAllConsuming stops this queue; if it began meanwhile,
+	// the queue does not start.
+	if err := q.conn.consuming(q); err != nil {
+		cancel()
+		return err
 	}
 	q.state = stateConsuming
 	q.prefetchLimit, q.pollDuration = prefetchLimit, pollDuration
