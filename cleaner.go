@@ -3,6 +3,8 @@ package redq
 import (
 	"context"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Cleaner returns the unacked deliveries of dead connections to ready. A
@@ -65,7 +67,7 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("redq: clean: list queues: %w", err)
 	}
 	pipe := c.client.Pipeline()
-	consumers := make([]interface{ Val() []string }, len(queues))
+	consumers := make([]*redis.StringSliceCmd, len(queues))
 	for i, name := range queues {
 		consumers[i] = pipe.HKeys(ctx, newQueueKeys(c.opts.namespace, name).consumers)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 )
 
 func TestDuplicatePayloadsAreDistinctDeliveries(t *testing.T) {
@@ -162,7 +163,7 @@ func TestManyConsumersAckEveryDeliveryOnce(t *testing.T) {
 		if err := q.Publish(payloads...); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.StartConsuming(100, 20*1e6); err != nil {
+		if err := q.StartConsuming(100, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		acked := make(chan error, n)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -177,8 +178,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for i, name := range queueList {
 		qs := QueueStat{ReadyCount: qc[i].ready.Val(), RejectedCount: qc[i].rejected.Val(), Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
-			var consumers int64
-			fmt.Sscan(n, &consumers)
+			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}
 			seen[conn] = true
 		}
