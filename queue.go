@@ -113,7 +113,6 @@ type redisQueue struct {
 	room          chan struct{}
 	stop          chan struct{}
 	stopDone      chan struct{}
-	cancel        context.CancelFunc
 	fetchDone     chan struct{}
 	waiter        *waiter
 	workers       sync.WaitGroup
@@ -153,20 +152,19 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	if q.conn.isStopped() {
 		return ErrorConsumingStopped
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	// Register this connection for the queue before taking anything: the
 	// fetch script refuses connections that are not registered, and a
 	// cleaner unregisters a dead connection in the same step that returns
 	// its deliveries.
 	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err()
 	if err != nil {
-		cancel()
 		return fmt.Errorf("redq: start consuming %q: %w", q.name, err)
 	}
 	// From here StopAllConsuming stops this queue; if it began meanwhile,
 	// the queue does not start.
 	if err := q.conn.consuming(q); err != nil {
-		cancel()
 		return err
 	}
 	q.state = stateConsuming
@@ -174,9 +172,8 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	q.buf = make(chan *redisDelivery, prefetchLimit)
 	q.room = make(chan struct{}, 1)
 	q.stop = make(chan struct{})
-	q.cancel = cancel
 	q.fetchDone = make(chan struct{})
-	go q.fetchLoop(ctx)
+	go q.fetchLoop()
 	return nil
 }
 
@@ -198,7 +195,6 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 	go func() {
 		q.interruptFetch()
 		q.workers.Wait()
-		q.cancel()
 		q.returnBuffered()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -254,17 +250,23 @@ func (q *redisQueue) returnBuffered() {
 	for i, d := range pending {
 		ids[len(pending)-1-i] = d.id // RPUSH the newest first: the oldest ends at the head
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Retry as long as the heartbeat TTL, like Ack: a connection that goes
+	// on living would otherwise keep these in its storage, unworked, until
+	// it dies and a cleaner returns them. (The settle is idempotent, so a
+	// retry after a lost reply does no harm.)
+	ctx, cancel := context.WithTimeout(context.Background(), q.conn.opts.heartbeatTTL)
 	defer cancel()
-	for len(ids) > 0 {
-		n := min(len(ids), fetchChunk)
-		if _, _, err := q.conn.acks.settle(ctx, q, modeHead, q.keys.ready, ids[:n]); err != nil {
-			// They stay in this connection's unacked storage; a cleaner
-			// returns them once the connection's heartbeat is gone.
-			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
+	for attempt := 1; ; attempt++ {
+		_, _, err := q.conn.acks.settle(ctx, q, modeHead, q.keys.ready, ids)
+		if err == nil {
 			return
 		}
-		ids = ids[n:]
+		q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: attempt})
+		select {
+		case <-ctx.Done():
+			return // they stay in unacked storage; a cleaner returns them once the connection is gone
+		case <-time.After(backoff(attempt, time.Second)):
+		}
 	}
 }
 
@@ -332,8 +334,9 @@ func (q *redisQueue) AddBatchConsumerFunc(tag string, batchSize int64, timeout t
 // half full, moving up to the free room from ready to this connection's
 // unacked storage in one script call. When ready is empty it blocks on
 // Redis until something is published or pollDuration passes.
-func (q *redisQueue) fetchLoop(ctx context.Context) {
+func (q *redisQueue) fetchLoop() {
 	defer close(q.fetchDone)
+	ctx := context.Background() // the loop ends through q.stop and the waiter's interrupt
 	w := newWaiter(q.conn.client, q.keys.ready)
 	defer w.close()
 	q.mu.Lock()
@@ -363,9 +366,6 @@ func (q *redisQueue) fetchLoop(ctx context.Context) {
 		if err != nil {
 			if isLost(err) {
 				go q.conn.connectionLost()
-				return
-			}
-			if ctx.Err() != nil {
 				return
 			}
 			errCount++

@@ -31,7 +31,10 @@ func forEachOutage(t *testing.T, f func(t *testing.T, o outage)) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t, redistest.WithAppendOnly())
-		c := srv.Client(t)
+		// No retries inside go-redis: an outage reaches redq at once
+		// instead of being ridden out for a few seconds.
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { c.Close() })
 		f(t, outage{backend{"redis", c, nil}, srv.Kill, func() { srv.Restart(t) }})
 	})
 }
@@ -135,5 +138,53 @@ func TestHeartbeatErrorLimitStopsConsuming(t *testing.T) {
 			t.Fatalf("highest heartbeat error count %d, want 3", max)
 		}
 		o.up()
+	})
+}
+
+// Deliveries fetched but not consumed go back to ready on stop even when
+// Redis is away at that moment: the hand-back is retried, not dropped on a
+// live connection's storage.
+func TestStopHandsBackTheBufferAcrossAnOutage(t *testing.T) {
+	forEachOutage(t, func(t *testing.T, o outage) {
+		c, err := openConn(o.client, "handback", nil, namespace(), WithHeartbeatErrorLimit(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-c.StopAllConsuming() })
+		q := openQueue(t, c, "jobs")
+		payloads := make([]string, 30)
+		for i := range payloads {
+			payloads[i] = fmt.Sprint(i)
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.StartConsuming(20, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		first, release := make(chan Delivery, 1), make(chan struct{})
+		if _, err := q.AddConsumerFunc("slow", func(d Delivery) { first <- d; <-release }); err != nil {
+			t.Fatal(err)
+		}
+		held := <-first
+		eventually(t, "buffer filled", func() bool { return len(q.buf) >= 10 })
+		o.down()
+		stopped := q.StopConsuming()
+		close(release)
+		time.Sleep(300 * time.Millisecond) // the hand-back fails meanwhile
+		o.up()
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			t.Fatal("stop did not finish after Redis came back")
+		}
+		_, _, unacked := counts(t, c, "jobs")
+		if unacked != 1 {
+			t.Fatalf("unacked after stop = %d, want only the delivery the consumer holds", unacked)
+		}
+		if err := held.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "jobs", 29, 0, 0)
 	})
 }
