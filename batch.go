@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"time"
 )
 
 // BatchConsumer handles deliveries in batches (see AddBatchConsumer).
@@ -54,7 +55,7 @@ func (ds Deliveries) Push() map[int]error {
 func (ds Deliveries) untilTTL() (context.Context, context.CancelFunc) {
 	for _, d := range ds {
 		if rd, ok := d.(*redisDelivery); ok {
-			return rd.untilTTL()
+			return context.WithDeadline(context.Background(), rd.ttl())
 		}
 	}
 	return context.WithCancel(context.Background())
@@ -108,7 +109,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery
 		for j, i := range idx {
 			var e error
 			if err != nil {
-				e = ds[i].(*redisDelivery).do(ctx, verb, true)
+				e = ds[i].(*redisDelivery).do(ctx, verb, true, time.Time{})
 			} else {
 				e = q.conn.outcome(verb, done[j], registered, false)
 			}

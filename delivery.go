@@ -43,38 +43,35 @@ func (d *redisDelivery) Header() http.Header { return d.header }
 func (d *redisDelivery) String() string      { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
 
 // The forms without a context retry Redis errors for as long as the
-// heartbeat TTL: past that, a cleaner may have returned the delivery anyway.
-func (d *redisDelivery) untilTTL() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d.q.conn.opts.heartbeatTTL)
+// heartbeat TTL from the call: past that, a cleaner may have returned the
+// delivery anyway. The first attempt needs no deadline of its own (the
+// committer bounds every flush), so the deadline is made only when a retry
+// needs it: that keeps a timer per ack off the hot path.
+func (d *redisDelivery) ttl() time.Time { return time.Now().Add(d.q.conn.opts.heartbeatTTL) }
+
+func (d *redisDelivery) Ack() error { return d.do(context.Background(), "ack", false, d.ttl()) }
+
+func (d *redisDelivery) Reject() error { return d.do(context.Background(), "reject", false, d.ttl()) }
+
+func (d *redisDelivery) Push() error { return d.do(context.Background(), "push", false, d.ttl()) }
+
+func (d *redisDelivery) AckContext(ctx context.Context) error {
+	return d.do(ctx, "ack", false, time.Time{})
 }
 
-func (d *redisDelivery) Ack() error {
-	ctx, cancel := d.untilTTL()
-	defer cancel()
-	return d.AckContext(ctx)
+func (d *redisDelivery) RejectContext(ctx context.Context) error {
+	return d.do(ctx, "reject", false, time.Time{})
 }
 
-func (d *redisDelivery) Reject() error {
-	ctx, cancel := d.untilTTL()
-	defer cancel()
-	return d.RejectContext(ctx)
+func (d *redisDelivery) PushContext(ctx context.Context) error {
+	return d.do(ctx, "push", false, time.Time{})
 }
-
-func (d *redisDelivery) Push() error {
-	ctx, cancel := d.untilTTL()
-	defer cancel()
-	return d.PushContext(ctx)
-}
-
-func (d *redisDelivery) AckContext(ctx context.Context) error { return d.do(ctx, "ack", false) }
-
-func (d *redisDelivery) RejectContext(ctx context.Context) error { return d.do(ctx, "reject", false) }
-
-func (d *redisDelivery) PushContext(ctx context.Context) error { return d.do(ctx, "push", false) }
 
 // do runs a verb; retried says an earlier attempt may have reached Redis.
-func (d *redisDelivery) do(ctx context.Context, verb string, retried bool) error {
-	return d.retry(ctx, verb, retried, func() (bool, bool, error) {
+// A non-zero limit ends the retries at that time, as a deadline on ctx
+// would.
+func (d *redisDelivery) do(ctx context.Context, verb string, retried bool, limit time.Time) error {
+	return d.retry(ctx, verb, retried, limit, func(ctx context.Context) (bool, bool, error) {
 		done, registered, err := d.q.settle(ctx, verb, []string{d.id})
 		if err != nil {
 			return false, false, err
@@ -89,11 +86,16 @@ func (d *redisDelivery) do(ctx context.Context, verb string, retried bool) error
 // queue: if not, a cleaner took the delivery back (ErrorConnectionLost);
 // if so and an earlier attempt may have reached Redis, that attempt did the
 // work (no cleaner touches a registered connection), so the verb succeeded.
-func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, do func() (done, registered bool, err error)) error {
+func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, limit time.Time, do func(context.Context) (done, registered bool, err error)) error {
 	for attempt := 1; ; attempt++ {
-		done, registered, err := do()
+		done, registered, err := do(ctx)
 		if err == nil {
 			return d.q.conn.outcome(verb, done, registered, retried || attempt > 1)
+		}
+		if attempt == 1 && !limit.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, limit)
+			defer cancel()
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("redq: %s %v: %w", verb, d, err)

@@ -1,6 +1,10 @@
 package redq
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
 
 // groupCommit coalesces requests from many goroutines into few Redis calls.
 // A caller that finds a free flush slot flushes everything pending, its own
@@ -14,7 +18,8 @@ type groupCommit[R any] struct {
 
 	mu      sync.Mutex
 	pending []R
-	free    []int // free flush slots
+	free    []int       // free flush slots
+	shared  atomic.Bool // the last batch taken held more than one request
 }
 
 // flushSlots is how many flushes may be under way at once. Measured on
@@ -48,9 +53,20 @@ func (g *groupCommit[R]) submit(r R) {
 
 // flushLoop flushes until nothing is pending, then frees its slot. A caller
 // flushes once and hands the rest to a goroutine.
+//
+// While batches are shared by several goroutines, the loop yields once
+// before it takes the pending requests: the goroutines that the last flush
+// made runnable usually submit again within microseconds, and letting them
+// join makes batches fuller. Measured with ten consumers acking: 3.3 acks
+// per flush without the yield, 5 to 6 with it, and a fifth more
+// throughput. A lone caller does not yield: there is nobody to wait for,
+// and the yield would cost it a trip through the scheduler per flush.
 func (g *groupCommit[R]) flushLoop(slot int, caller bool) {
 	flushed := false
 	for {
+		if g.shared.Load() {
+			runtime.Gosched()
+		}
 		g.mu.Lock()
 		if len(g.pending) == 0 {
 			g.free = append(g.free, slot)
@@ -64,6 +80,7 @@ func (g *groupCommit[R]) flushLoop(slot int, caller bool) {
 		}
 		batch := g.pending
 		g.pending = nil
+		g.shared.Store(len(batch) > 1)
 		g.mu.Unlock()
 		g.flush(slot, batch)
 		flushed = true
