@@ -91,6 +91,13 @@ const (
 
 	// fetchChunk bounds how many deliveries one fetch script call moves.
 	fetchChunk = 1000
+	// fetchBudget bounds the bytes one fetch call moves, judged by the
+	// size of the deliveries the last call moved: a chunk of 1,000 large
+	// payloads would hold Redis in one script for a long time and keep the
+	// consumers waiting for the whole chunk. Small payloads never reach it.
+	fetchBudget = 1 << 20
+	// firstFetch bounds the first fetch, made before any size is known.
+	firstFetch = 64
 )
 
 type redisQueue struct {
@@ -104,6 +111,9 @@ type redisQueue struct {
 	// fetchToken names the next fetch call; it changes only after a fetch
 	// succeeded, so a call repeated after an error is recognised.
 	fetchToken uint64
+	// itemSize is the mean size of the deliveries the last fetch moved
+	// (0 before the first); only the fetch loop touches it.
+	itemSize int
 
 	mu            sync.Mutex
 	state         int
@@ -358,7 +368,7 @@ func (q *redisQueue) fetchLoop() {
 			}
 			continue
 		}
-		want := min(q.prefetchLimit-int64(len(q.buf)), fetchChunk)
+		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
 		got, err := q.fetch(ctx, want)
 		if err == nil && int64(got) < want {
 			err = w.wait(ctx, q.pollDuration)
@@ -391,6 +401,15 @@ func backoff(n int, limit time.Duration) time.Duration {
 	return min(d, limit)
 }
 
+// chunk returns how many deliveries the next fetch may move: fetchChunk,
+// or fewer when the deliveries are large (see fetchBudget).
+func (q *redisQueue) chunk() int64 {
+	if q.itemSize == 0 {
+		return firstFetch
+	}
+	return int64(min(fetchChunk, max(1, fetchBudget/q.itemSize)))
+}
+
 func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
 	res, err := scripts.fetch.Run(ctx, q.conn.client,
 		[]string{q.keys.ready, q.unackedKey, q.keys.consumers, q.keys.seq, q.repliesKey},
@@ -399,9 +418,14 @@ func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
 		return 0, err
 	}
 	q.fetchToken++
+	size := 0
 	for _, s := range res {
+		size += len(s)
 		env, _ := decodeEnvelope(s)
 		q.buf <- &redisDelivery{q: q, id: env.id, payload: env.payload, header: env.header}
+	}
+	if len(res) > 0 {
+		q.itemSize = max(1, size/len(res))
 	}
 	return len(res), nil
 }

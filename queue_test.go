@@ -168,3 +168,61 @@ func TestConcurrentPublishes(t *testing.T) {
 		}
 	})
 }
+
+// Large payloads are fetched in chunks of about fetchBudget bytes, judged by
+// the last fetch, and still all arrive intact and in order.
+func TestLargePayloadsAreFetchedInSmallerChunks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "large")
+		q := openQueue(t, c, "large")
+		const n, size = 30, 200 << 10
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = fmt.Sprintf("%04d", i) + strings.Repeat("x", size-4)
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		if got := q.chunk(); got != firstFetch {
+			t.Fatalf("chunk before any fetch = %d, want %d", got, firstFetch)
+		}
+		got := take(t, q, 5)
+		if want := int64(fetchBudget / (size + 13)); q.chunk() != want {
+			t.Fatalf("chunk after fetching %d-byte payloads = %d, want %d", size, q.chunk(), want)
+		}
+		for i, d := range got {
+			if d.Payload() != payloads[i] {
+				t.Fatalf("delivery %d: payload %.8q…, want %.8q…", i, d.Payload(), payloads[i])
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// The consume loop takes the rest in budget-sized chunks, in order.
+		if err := q.StartConsuming(100, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan string, n)
+		if _, err := q.AddConsumerFunc("large", func(d Delivery) {
+			if err := d.Ack(); err != nil {
+				t.Error(err)
+			}
+			seen <- d.Payload()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 5; i < n; i++ {
+			select {
+			case p := <-seen:
+				if p != payloads[i] {
+					t.Fatalf("delivery %d: payload %.8q…, want %.8q…", i, p, payloads[i])
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("consumed %d of %d", i, n)
+			}
+		}
+		<-c.StopAllConsuming()
+		wantCounts(t, c, "large", 0, 0, 0)
+	})
+}
