@@ -364,7 +364,7 @@ func (s *asynqSystem) Idle(ctx context.Context, e *env, samples int, gap time.Du
 // idleOne sleeps gap, enqueues payload seq into q and waits for its
 // pickup on got, returning the time from the enqueue call to the pickup.
 func (r *asynqRun) idleOne(ctx context.Context, q string, seq int, gap time.Duration, got <-chan asynqPickup) (time.Duration, error) {
-	if err := asynqSleep(ctx, gap); err != nil {
+	if err := sleep(ctx, gap); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
@@ -383,18 +383,6 @@ func (r *asynqRun) idleOne(ctx context.Context, q string, seq int, gap time.Dura
 		return 0, fmt.Errorf("asynq: payload %d not picked up within %s", seq, asynqIdleWait)
 	case <-ctx.Done():
 		return 0, fmt.Errorf("asynq: waiting for payload %d: %w", seq, ctx.Err())
-	}
-}
-
-// asynqSleep sleeps d or until ctx ends.
-func asynqSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -233,3 +233,15 @@ func openConns(ctx context.Context, rdb *redis.Client, k int) error {
 	}
 	return nil
 }
+
+// sleep waits d or until ctx ends, and returns ctx's error in that case.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

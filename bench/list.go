@@ -274,7 +274,7 @@ func (r *listRun) rotate(ctx context.Context, consumer string, first int, handle
 		if !ok {
 			if empty++; empty >= len(r.ready) {
 				empty = 0
-				if err := baseSleep(ctx, listIdleRetry); err != nil {
+				if err := sleep(ctx, listIdleRetry); err != nil {
 					return nil
 				}
 			}

@@ -539,7 +539,7 @@ func (s *redqSystem) Idle(ctx context.Context, e *env, samples int, gap time.Dur
 // idleOne sleeps gap, publishes payload seq into q and waits for its
 // pickup on got, returning the time from the publish call to the pickup.
 func (s *redqSystem) idleOne(ctx context.Context, r *redqRun, q redq.Queue, seq, size int, gap time.Duration, got <-chan redqPickup) (time.Duration, error) {
-	if err := sleepRedq(ctx, gap); err != nil {
+	if err := sleep(ctx, gap); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
@@ -561,18 +561,6 @@ func (s *redqSystem) idleOne(ctx context.Context, r *redqRun, q redq.Queue, seq,
 		return 0, fmt.Errorf("redq: payload %d not picked up within %s", seq, limit)
 	case <-ctx.Done():
 		return 0, fmt.Errorf("redq: waiting for payload %d: %w", seq, ctx.Err())
-	}
-}
-
-// sleepRedq sleeps d or until ctx ends.
-func sleepRedq(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -947,7 +947,7 @@ func baseIdle(ctx context.Context, samples int, gap time.Duration, t *tally,
 func baseIdleSamples(c *baseCrew, samples int, gap time.Duration, publish func(ctx context.Context, seq int) error, got <-chan basePickup) ([]time.Duration, error) {
 	lat := make([]time.Duration, 0, samples)
 	for seq := range baseIdleWarmups + samples {
-		if err := baseSleep(c.ctx, gap); err != nil {
+		if err := sleep(c.ctx, gap); err != nil {
 			return nil, baseCrewErr(c, err)
 		}
 		t0 := time.Now()
@@ -989,18 +989,6 @@ func baseCrewErr(c *baseCrew, err error) error {
 		return cerr
 	}
 	return err
-}
-
-// baseSleep sleeps d or until ctx ends.
-func baseSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // baseHeldClock times the acks of an Unacked run: the clock starts when
