@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ type config struct {
 	runTimeout  time.Duration
 	list        bool
 	quiet       bool
+	cpuProfile  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -74,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.runTimeout, "run-timeout", 5*time.Minute, "limit for one run of one workload on one system")
 	fs.BoolVar(&c.list, "list", false, "list the workloads and exit")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (all systems, all runs) to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -153,7 +156,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, s := range systems {
 		rep.Systems = append(rep.Systems, s.Name())
 	}
+	stopProfile, err := startProfile(cfg.cpuProfile)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
 	failed := measure(ctx, cfg, e, chosen, systems, rep, stderr)
+	if err := stopProfile(); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
 
 	fmt.Fprintln(stdout)
 	for _, w := range chosen {
@@ -331,6 +343,29 @@ func connect(ctx context.Context, cfg config) (*env, machine, func(), error) {
 	m.RedisVersion = info["Server"]["redis_version"]
 	m.RedisAddr = opts.Addr
 	return &env{opts: opts, admin: admin, payloadSize: 100}, m, cleanup, nil
+}
+
+// startProfile starts a CPU profile into path ("" for none) and returns
+// the function that stops it and closes the file.
+func startProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // cpuModel returns the CPU model name from /proc/cpuinfo, or "".
