@@ -299,14 +299,7 @@ func (s *asynqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (ste
 	if err := r.expectQueue(q, 0); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return steadyResult{
-		Published: published,
-		Consumed:  len(rec.latencies),
-		Elapsed:   rec.last.Sub(start),
-		Latencies: rec.latencies,
-	}, nil
+	return rec.result(published, start), nil
 }
 
 // asynqPickup is one idle delivery as the handler saw it.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -211,26 +210,21 @@ func TestBaselineNoLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, s := range baselineSystems() {
-		before := runtime.NumGoroutine()
-		if _, err := s.EndToEnd(ctx, e, e2eConfig{N: 300, Consumers: 10, Prefetch: 1000, PayloadSize: 100}); err != nil {
-			t.Fatalf("%s: EndToEnd: %v", s.Name(), err)
-		}
-		if _, err := s.Queued(ctx, e, 600, 100); err != nil {
-			t.Fatalf("%s: Queued: %v", s.Name(), err)
-		}
-		if _, err := s.Idle(ctx, e, 1, time.Millisecond); err != nil {
-			t.Fatalf("%s: Idle: %v", s.Name(), err)
-		}
-		if keys := baselineKeys(t, ctx, e); keys == 0 {
-			t.Errorf("%s: no keys after the runs: did they use this server?", s.Name())
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if after := runtime.NumGoroutine(); after > before {
-			t.Errorf("%s: %d goroutines before, %d after", s.Name(), before, after)
-		}
+		noGoroutineLeak(t, func() {
+			t.Helper()
+			if _, err := s.EndToEnd(ctx, e, e2eConfig{N: 300, Consumers: 10, Prefetch: 1000, PayloadSize: 100}); err != nil {
+				t.Fatalf("%s: EndToEnd: %v", s.Name(), err)
+			}
+			if _, err := s.Queued(ctx, e, 600, 100); err != nil {
+				t.Fatalf("%s: Queued: %v", s.Name(), err)
+			}
+			if _, err := s.Idle(ctx, e, 1, time.Millisecond); err != nil {
+				t.Fatalf("%s: Idle: %v", s.Name(), err)
+			}
+			if keys := baselineKeys(t, ctx, e); keys == 0 {
+				t.Errorf("%s: no keys after the runs: did they use this server?", s.Name())
+			}
+		})
 	}
 }
 

@@ -245,3 +245,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// result is the steady run's outcome: published deliveries, and the
+// latencies and elapsed time (start to the last ack) recorded so far.
+func (r *latencyRecorder) result(published int, start time.Time) steadyResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return steadyResult{
+		Published: published,
+		Consumed:  len(r.latencies),
+		Elapsed:   r.last.Sub(start),
+		Latencies: r.latencies,
+	}
+}

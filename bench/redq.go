@@ -470,14 +470,7 @@ func (s *redqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (stea
 	if err := r.settled(ctx, conn, 0, redqQueue); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return steadyResult{
-		Published: published,
-		Consumed:  len(rec.latencies),
-		Elapsed:   rec.last.Sub(start),
-		Latencies: rec.latencies,
-	}, nil
+	return rec.result(published, start), nil
 }
 
 // redqPickup is one idle delivery as the consumer saw it.

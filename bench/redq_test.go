@@ -1,7 +1,6 @@
 package main
 
 import (
-	"runtime"
 	"testing"
 	"time"
 )
@@ -161,18 +160,5 @@ func TestRedqNoLeak(t *testing.T) {
 			t.Fatalf("Unacked: %v", err)
 		}
 	}
-	run() // let lazily started goroutines (if any) start before counting
-	time.Sleep(100 * time.Millisecond)
-	before := runtime.NumGoroutine()
-	for range 3 {
-		run()
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines before, %d after three runs:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	noGoroutineLeak(t, run)
 }

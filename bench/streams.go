@@ -892,14 +892,7 @@ func baseSteady(ctx context.Context, cfg steadyConfig,
 	if err != nil {
 		return steadyResult{}, err
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return steadyResult{
-		Published: published,
-		Consumed:  len(rec.latencies),
-		Elapsed:   rec.last.Sub(start),
-		Latencies: rec.latencies,
-	}, nil
+	return rec.result(published, start), nil
 }
 
 // basePickup is one idle delivery as the consumer received it.
