@@ -103,7 +103,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery
 		idx := byQueue[q]
 		ids := make([]string, len(idx))
 		for j, i := range idx {
-			ids[j] = ds[i].(*redisDelivery).id
+			ids[j] = ds[i].(*redisDelivery).ref()
 		}
 		done, registered, err := q.settle(ctx, verb, ids)
 		for j, i := range idx {

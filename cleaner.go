@@ -27,7 +27,7 @@ func (cl *Cleaner) Clean() (int64, error) {
 	return cl.CleanContext(context.Background())
 }
 
-// CleanContext is Clean with a context. It works in four steps, each safe
+// CleanContext is Clean with a context. It works in five steps, each safe
 // to interrupt and to run concurrently:
 //  1. Connections without a heartbeat are removed from the connections
 //     set, in one script that checks and removes atomically. From then on
@@ -39,6 +39,12 @@ func (cl *Cleaner) Clean() (int64, error) {
 //  4. For each dead connection and queue, its unacked deliveries go back to
 //     the head of ready in bounded chunks, and the step that empties its
 //     storage unregisters it from the queue.
+//  5. For each queue, deliveries whose lease (TTR) ran out go back to
+//     ready, and due delayed deliveries become ready (so that a queue
+//     nobody consumes shows them as ready), in bounded chunks.
+//
+// The count it returns is of deliveries returned to ready from dead
+// connections and lost leases.
 func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	c, ok := cl.conn.(*redisConnection)
 	if !ok {
@@ -86,7 +92,7 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for i, name := range queues {
-		q := newQueue(c, name)
+		q := newQueue(c, name, queueOptions{})
 		for _, conn := range consumers[i].Val() {
 			if live[conn] {
 				continue
@@ -97,6 +103,31 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 				return total, fmt.Errorf("redq: clean: %w", err)
 			}
 		}
+		n, err := q.maintain(ctx)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("redq: clean: %w", err)
+		}
 	}
 	return total, nil
+}
+
+// maintain returns q's deliveries whose lease ran out and promotes its due
+// delayed deliveries, in chunks of fetchChunk, and reports how many leases
+// it returned.
+func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
+	var returned int64
+	for {
+		ns, err := scripts.maintain.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, fetchChunk).Int64Slice()
+		if err != nil {
+			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
+		}
+		if len(ns) != 2 {
+			return returned, fmt.Errorf("leases and due deliveries of %q: unexpected reply %v", q.name, ns)
+		}
+		returned += ns[0]
+		if ns[0] < fetchChunk && ns[1] < fetchChunk {
+			return returned, nil
+		}
+	}
 }

@@ -123,7 +123,7 @@ func TestConcurrentCleanersReturnEachDeliveryOnce(t *testing.T) {
 			}
 			q.buf = make(chan *redisDelivery, perQueue)
 			for len(q.buf) < perQueue {
-				if _, err := q.fetch(context.Background(), fetchChunk); err != nil {
+				if _, _, err := q.fetch(context.Background(), fetchChunk); err != nil {
 					t.Fatal(err)
 				}
 			}

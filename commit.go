@@ -42,7 +42,7 @@ type settleRequest struct {
 }
 
 type settleResult struct {
-	settled    []bool
+	codes      []int64 // per id: codeDone, codeMissing or codeLost
 	registered bool
 	err        error
 }
@@ -54,9 +54,9 @@ func newCommitter(c *redisConnection) *committer {
 }
 
 // settle applies mode to ids of q's unacked storage and reports, per id,
-// whether it was there, and whether the connection is still registered for
-// q. dest is the destination list of a move.
-func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string) ([]bool, bool, error) {
+// whether it was there (a code), and whether the connection is still
+// registered for q. dest is the destination list of a tail move.
+func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string) ([]int64, bool, error) {
 	if len(ids) == 0 {
 		return nil, true, nil
 	}
@@ -64,7 +64,7 @@ func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string
 	c.group.submit(r)
 	select {
 	case res := <-r.done:
-		return res.settled, res.registered, res.err
+		return res.codes, res.registered, res.err
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
@@ -114,24 +114,24 @@ func (c *committer) flush(slot int, batch []*settleRequest) {
 		if dest == "" {
 			dest = q.keys.ready // unused by acks; any key of the queue's slot
 		}
-		args := make([]any, 0, 4+len(g.ids))
-		args = append(args, c.conn.name, g.key.mode, "s"+strconv.Itoa(slot)+"."+strconv.Itoa(i), token)
+		args := make([]any, 0, 5+len(g.ids))
+		args = append(args, q.keys.prefix, c.conn.name, g.key.mode, "s"+strconv.Itoa(slot)+"."+strconv.Itoa(i), token)
 		for _, id := range g.ids {
 			args = append(args, id)
 		}
-		calls[i] = scriptCall{scripts.settle, []string{q.unackedKey, q.keys.consumers, q.repliesKey, dest}, args}
+		calls[i] = scriptCall{scripts.settle, []string{q.keys.ready, dest}, args}
 	}
 	cmds := evalBatch(ctx, c.conn.client, calls)
 	results := map[*settleRequest]*settleResult{}
 	for _, r := range batch {
-		results[r] = &settleResult{settled: make([]bool, len(r.ids)), registered: true}
+		results[r] = &settleResult{codes: make([]int64, len(r.ids)), registered: true}
 	}
 	for i, g := range groups {
 		v, err := cmds[i].Result()
-		var settled []bool
+		var settled []int64
 		var registered bool
 		if err == nil {
-			settled, registered, err = flags(v, len(g.ids))
+			settled, registered, err = codes(v, len(g.ids))
 		}
 		for _, p := range g.parts {
 			res := results[p.r]
@@ -140,7 +140,7 @@ func (c *committer) flush(slot int, batch []*settleRequest) {
 				continue
 			}
 			res.registered = res.registered && registered
-			copy(res.settled[p.from:p.to], settled[p.groupStart:p.groupStart+p.to-p.from])
+			copy(res.codes[p.from:p.to], settled[p.groupStart:p.groupStart+p.to-p.from])
 		}
 	}
 	for _, r := range batch {

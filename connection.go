@@ -18,8 +18,10 @@ import (
 // unacked deliveries of connections whose heartbeat is gone.
 type Connection interface {
 	// OpenQueue returns a handle on the named queue and lists the queue in
-	// Redis. Names are validated: see ArgumentError.
-	OpenQueue(name string) (Queue, error)
+	// Redis. Names are validated: see ArgumentError. Options set the
+	// handle's publish defaults, its handlers' retry policy and whether the
+	// queue keeps expired deliveries.
+	OpenQueue(name string, opts ...QueueOption) (Queue, error)
 	// CollectStats reads the counts of the given queues.
 	CollectStats(queueList []string) (Stats, error)
 	// CollectStatsContext is CollectStats with a context.
@@ -214,21 +216,37 @@ func (c *redisConnection) isStopped() bool {
 	return c.stopped
 }
 
-func (c *redisConnection) OpenQueue(name string) (Queue, error) {
-	return c.openQueue(context.Background(), name)
+func (c *redisConnection) OpenQueue(name string, opts ...QueueOption) (Queue, error) {
+	return c.openQueue(context.Background(), name, opts...)
 }
 
-func (c *redisConnection) openQueue(ctx context.Context, name string) (*redisQueue, error) {
+func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...QueueOption) (*redisQueue, error) {
 	if why := validName(name); why != "" {
 		return nil, argError("queue name", name, why)
+	}
+	o := queueOptions{retry: DefaultRetryPolicy}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
 	}
 	if c.isStopped() {
 		return nil, ErrorConsumingStopped
 	}
-	if err := c.client.SAdd(ctx, c.keys.queues, name).Err(); err != nil {
+	q := newQueue(c, name, o)
+	pipe := c.client.TxPipeline()
+	pipe.SAdd(ctx, c.keys.queues, name)
+	if o.keepExpired != nil {
+		keep := "0"
+		if *o.keepExpired {
+			keep = "1"
+		}
+		pipe.HSet(ctx, q.keys.prefix+":meta", "keep_expired", keep)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redq: open queue %q: %w", name, err)
 	}
-	return newQueue(c, name), nil
+	return q, nil
 }
 
 func (c *redisConnection) GetOpenQueues() ([]string, error) {

@@ -2,20 +2,34 @@ package redq
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Delivery is one message taken from a queue. It lives in the consuming
-// connection's unacked storage in Redis until it is acked, rejected or
-// pushed; each verb acts on exactly this delivery, even when other
+// connection's unacked storage in Redis until it is acked, rejected, pushed
+// or released; each verb acts on exactly this delivery, even when other
 // deliveries carry byte-identical payloads.
 type Delivery interface {
 	// Payload returns the published payload.
 	Payload() string
 	// Header returns the headers the publisher attached (see Header), or nil.
 	Header() http.Header
+	// ID returns the delivery's id (32 hex digits), unique per publish.
+	ID() string
+	// Attempts returns how many times the delivery has been taken, this
+	// time included: 1 the first time, one more after each Release, lost
+	// lease or dead connection that sent it back to ready.
+	Attempts() int
+	// PublishedAt returns when it was published, by the publisher's clock
+	// (zero for items that another program pushed without an envelope).
+	PublishedAt() time.Time
 	// Ack removes the delivery from Redis. nil means it is gone.
 	Ack() error
 	// Reject moves the delivery to the queue's rejected list.
@@ -29,18 +43,68 @@ type Delivery interface {
 	RejectContext(ctx context.Context) error
 	// PushContext is Push with a context.
 	PushContext(ctx context.Context) error
+	// Release hands the delivery back: it becomes ready again after delay
+	// (0: at once, at the back of its priority's line), with its attempt
+	// counted. delay must be between 0 and MaxDelay.
+	Release(ctx context.Context, delay time.Duration) error
+	// Touch extends the delivery's lease to its TTR from now (see TTR). On
+	// a delivery without a TTR it only checks that the delivery is still
+	// this connection's.
+	Touch(ctx context.Context) error
 }
+
+// Every verb on a delivery that is no longer this connection's fails with
+// ErrorNotFound; when a lease ran out the error also matches
+// ErrorLeaseLost, and when a cleaner declared the connection dead it also
+// matches ErrorConnectionLost.
 
 type redisDelivery struct {
 	q       *redisQueue
 	id      string
 	payload string
-	header  http.Header
+	meta
+	// leaseEnd is when the lease runs out by this process's clock (unix
+	// ns; 0: no lease), measured from before the fetch or Touch was sent,
+	// so it never ends later than Redis's lease.
+	leaseEnd atomic.Int64
+	// onTouch, if set, learns the new lease end after a Touch (a handler's
+	// context timer).
+	onTouch atomic.Pointer[func(time.Time)]
 }
 
-func (d *redisDelivery) Payload() string     { return d.payload }
-func (d *redisDelivery) Header() http.Header { return d.header }
-func (d *redisDelivery) String() string      { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
+func newDelivery(q *redisQueue, s string, sent time.Time) *redisDelivery {
+	env, _ := decodeEnvelope(s)
+	d := &redisDelivery{q: q, id: env.id, payload: env.payload, meta: env.meta}
+	if d.ttr > 0 {
+		d.leaseEnd.Store(sent.Add(d.ttr).UnixNano())
+	}
+	return d
+}
+
+func (d *redisDelivery) Payload() string        { return d.payload }
+func (d *redisDelivery) Header() http.Header    { return d.header }
+func (d *redisDelivery) ID() string             { return hex.EncodeToString([]byte(d.id)) }
+func (d *redisDelivery) Attempts() int          { return d.attempts + 1 }
+func (d *redisDelivery) PublishedAt() time.Time { return publishedAt(d.id) }
+func (d *redisDelivery) String() string         { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
+
+// ref names the delivery to the scripts: its id, and for a delivery with
+// a lease also the attempt it was taken at, so that a holder whose lease
+// ran out cannot act on a later take of the same delivery by the same
+// connection (see held in scripts/lib.lua).
+func (d *redisDelivery) ref() string {
+	if d.ttr > 0 {
+		return d.id + "@" + strconv.Itoa(d.attempts)
+	}
+	return d.id
+}
+
+// leaseOver reports whether the delivery's lease has run out by this
+// process's clock.
+func (d *redisDelivery) leaseOver(now time.Time) bool {
+	end := d.leaseEnd.Load()
+	return end != 0 && now.UnixNano() >= end
+}
 
 // The forms without a context retry Redis errors for as long as the
 // heartbeat TTL from the call: past that, a cleaner may have returned the
@@ -67,16 +131,60 @@ func (d *redisDelivery) PushContext(ctx context.Context) error {
 	return d.do(ctx, "push", false, time.Time{})
 }
 
-// do runs a verb; retried says an earlier attempt may have reached Redis.
-// A non-zero limit ends the retries at that time, as a deadline on ctx
-// would.
-func (d *redisDelivery) do(ctx context.Context, verb string, retried bool, limit time.Time) error {
-	return d.retry(ctx, verb, retried, limit, func(ctx context.Context) (bool, bool, error) {
-		done, registered, err := d.q.settle(ctx, verb, []string{d.id})
-		if err != nil {
-			return false, false, err
+func (d *redisDelivery) Release(ctx context.Context, delay time.Duration) error {
+	if delay < 0 || delay > MaxDelay {
+		return argError("release delay", delay, "must be between 0 and "+MaxDelay.String())
+	}
+	return d.single(ctx, "release", scripts.release, ceilMs(delay))
+}
+
+func (d *redisDelivery) Touch(ctx context.Context) error {
+	sent := time.Now()
+	if err := d.single(ctx, "touch", scripts.touch, d.ttr.Milliseconds()); err != nil {
+		return err
+	}
+	if d.ttr > 0 {
+		end := sent.Add(d.ttr)
+		d.leaseEnd.Store(end.UnixNano())
+		if f := d.onTouch.Load(); f != nil {
+			(*f)(end)
 		}
-		return done[0], registered, nil
+	}
+	return nil
+}
+
+// rejectWith rejects the delivery, keeping env (the delivery rewritten with
+// a reason) in rejected.
+func (d *redisDelivery) rejectWith(ctx context.Context, env []byte) error {
+	return d.single(ctx, "reject", scripts.rejectWith, env)
+}
+
+// single runs one of the scripts that act on one delivery and reply
+// {registered, code}.
+func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.Script, arg any) error {
+	return d.retry(ctx, verb, false, time.Time{}, func(ctx context.Context) (int64, bool, error) {
+		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), arg).Result()
+		if err != nil {
+			return 0, false, err
+		}
+		ns, err := int64s(v)
+		if err != nil || len(ns) != 2 {
+			return 0, false, fmt.Errorf("redq: unexpected reply %v to %s", v, verb)
+		}
+		return ns[1], ns[0] == 1, nil
+	})
+}
+
+// do runs a settle verb; retried says an earlier attempt may have reached
+// Redis. A non-zero limit ends the retries at that time, as a deadline on
+// ctx would.
+func (d *redisDelivery) do(ctx context.Context, verb string, retried bool, limit time.Time) error {
+	return d.retry(ctx, verb, retried, limit, func(ctx context.Context) (int64, bool, error) {
+		codes, registered, err := d.q.settle(ctx, verb, []string{d.ref()})
+		if err != nil {
+			return 0, false, err
+		}
+		return codes[0], registered, nil
 	})
 }
 
@@ -84,13 +192,15 @@ func (d *redisDelivery) do(ctx context.Context, verb string, retried bool, limit
 // DeliveryError. When Redis answers that the delivery was not there, the
 // result depends on whether the connection is still registered for the
 // queue: if not, a cleaner took the delivery back (ErrorConnectionLost);
-// if so and an earlier attempt may have reached Redis, that attempt did the
-// work (no cleaner touches a registered connection), so the verb succeeded.
-func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, limit time.Time, do func(context.Context) (done, registered bool, err error)) error {
+// if its lease ran out, ErrorLeaseLost; otherwise, if an earlier attempt
+// may have reached Redis, that attempt did the work (no cleaner touches a
+// registered connection, and a lease that ran out leaves a note), so the
+// verb succeeded.
+func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, limit time.Time, do func(context.Context) (code int64, registered bool, err error)) error {
 	for attempt := 1; ; attempt++ {
-		done, registered, err := do(ctx)
+		code, registered, err := do(ctx)
 		if err == nil {
-			return d.q.conn.outcome(verb, done, registered, retried || attempt > 1)
+			return d.q.conn.outcome(verb, code, registered, retried || attempt > 1)
 		}
 		if attempt == 1 && !limit.IsZero() {
 			var cancel context.CancelFunc
@@ -109,14 +219,23 @@ func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, li
 	}
 }
 
+// Codes the scripts give per delivery.
+const (
+	codeMissing = 0 // not in this connection's storage
+	codeDone    = 1
+	codeLost    = 2 // not there: its lease ran out and it went back to ready
+)
+
 // outcome turns a script's answer about one delivery into the verb's error.
-func (c *redisConnection) outcome(verb string, done, registered, retried bool) error {
+func (c *redisConnection) outcome(verb string, code int64, registered, retried bool) error {
 	switch {
-	case done:
+	case code == codeDone:
 		return nil
 	case !registered:
 		go c.connectionLost()
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
+	case code == codeLost:
+		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)
 	case retried:
 		return nil
 	default:

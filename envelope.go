@@ -5,93 +5,115 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
-
-	"github.com/google/uuid"
+	"time"
 )
 
-// A delivery is stored in Redis as an envelope: one format byte, a 12-byte
-// delivery id, then (only when the publisher attached headers) a 4-byte
-// big-endian length and the headers as JSON, then the payload bytes.
+// A delivery is stored in Redis as an envelope: one format byte, a 16-byte
+// delivery id, then either the payload (a plain delivery) or a short text of
+// metadata, the headers as JSON and the payload:
 //
-//	0x01 | id[12] | payload
-//	0x02 | id[12] | len[4] | headers JSON | payload
+//	0x01 | id[16] | payload
+//	0x03 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen;" | headers JSON | payload
+//
+// The numbers are decimal: attempts counts how often the delivery went back
+// to ready after it was taken (released, lease lost, connection dead);
+// priority is its level; ttr and ttl are in milliseconds (0: none);
+// expireAt is the Redis time in ms after which it is dropped unless taken
+// (0: never), set by the scripts when the delivery becomes ready. Plain
+// Publish writes format 1; anything with options writes format 3, and the
+// scripts rewrite a format-1 envelope into format 3 when they count an
+// attempt.
 //
 // The id makes deliveries with byte-identical payloads distinct, so Ack,
-// Reject and Push act on exactly one of them. The scripts read the id as
-// bytes 2..13 and never look further. An item that some other program pushed
-// into a ready list without an envelope is wrapped into one by the fetch
-// script, so it is delivered with its bytes as the payload.
+// Reject and Push act on exactly one of them. Its first 6 bytes are the
+// publisher's clock in milliseconds (PublishedAt), then 6 random bytes per
+// connection and a 4-byte counter. The scripts read the id as bytes 2..17.
+// An item that some other program pushed into a ready list without an
+// envelope is wrapped into one by the fetch script, so it is delivered with
+// its bytes as the payload.
 const (
 	envPlain    byte = 0x01
-	envHeaders  byte = 0x02
-	idLen            = 12
+	envMeta     byte = 0x03
+	idLen            = 16
 	envFixedLen      = 1 + idLen
 )
 
-// idSource makes delivery ids that are unique without a round trip: 8 random
-// bytes per connection, mixed with the high half of a counter, and the low
-// 32 bits of that counter.
+// idSource makes delivery ids that are unique without a round trip.
 type idSource struct {
-	prefix  uint64
-	counter atomic.Uint64
+	prefix  [6]byte
+	counter atomic.Uint32
 }
 
 func newIDSource() *idSource {
-	u := uuid.New() // random (version 4)
 	var s idSource
-	s.prefix = binary.BigEndian.Uint64(u[:8]) ^ binary.BigEndian.Uint64(u[8:])
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err == nil {
-		s.counter.Store(uint64(binary.BigEndian.Uint32(b[:4]))) // start anywhere in the first generation
-	}
+	var b [10]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return an error)
+	copy(s.prefix[:], b[:6])
+	s.counter.Store(binary.BigEndian.Uint32(b[6:]))
 	return &s
 }
 
-func (s *idSource) next(dst []byte) []byte {
-	c := s.counter.Add(1)
-	gen := c >> 32
-	dst = binary.BigEndian.AppendUint64(dst, s.prefix^(gen*0x9E3779B97F4A7C15))
-	return binary.BigEndian.AppendUint32(dst, uint32(c))
+func (s *idSource) next(dst []byte, now time.Time) []byte {
+	ms := uint64(now.UnixMilli())
+	dst = append(dst, byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms))
+	dst = append(dst, s.prefix[:]...)
+	return binary.BigEndian.AppendUint32(dst, s.counter.Add(1))
+}
+
+// meta is what a format-3 envelope carries besides the id and payload.
+type meta struct {
+	attempts int
+	priority int
+	ttr, ttl time.Duration
+	expireAt int64 // Redis time, ms
+	header   http.Header
+}
+
+// plain reports whether m needs no metadata at all (format 1).
+func (m meta) plain() bool {
+	return m.attempts == 0 && m.priority == 0 && m.ttr == 0 && m.ttl == 0 && m.expireAt == 0 && len(m.header) == 0
 }
 
 // encodeEnvelope builds the stored form of one delivery.
-func encodeEnvelope(ids *idSource, header http.Header, payload []byte) ([]byte, error) {
-	var hj []byte
-	if len(header) > 0 {
-		var err error
-		if hj, err = json.Marshal(header); err != nil {
-			return nil, err
-		}
-	}
-	n := envFixedLen + len(payload)
-	if hj != nil {
-		n += 4 + len(hj)
-	}
-	b := make([]byte, 0, n)
-	if hj == nil {
+func encodeEnvelope(ids *idSource, now time.Time, m meta, payload []byte) ([]byte, error) {
+	if m.plain() {
+		b := make([]byte, 0, envFixedLen+len(payload))
 		b = append(b, envPlain)
-		b = ids.next(b)
-	} else {
-		b = append(b, envHeaders)
-		b = ids.next(b)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(hj)))
-		b = append(b, hj...)
+		b = ids.next(b, now)
+		return append(b, payload...), nil
 	}
-	return append(b, payload...), nil
+	return encodeWithID(string(ids.next(make([]byte, 0, idLen), now)), m, payload)
+}
+
+func appendMeta(b []byte, m meta, headerLen int) []byte {
+	b = strconv.AppendInt(b, int64(m.attempts), 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(m.priority), 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, m.ttr.Milliseconds(), 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, m.ttl.Milliseconds(), 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, m.expireAt, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(headerLen), 10)
+	return append(b, ';')
 }
 
 // envelope is a decoded stored delivery. Payload shares memory with the
 // stored string; no copy is made.
 type envelope struct {
 	id      string
-	header  http.Header
 	payload string
+	meta
 }
 
 // decodeEnvelope never fails: bytes that are not a well-formed envelope are
 // taken whole as the payload (the id is then what the scripts used, bytes
-// 2..13), so that nothing fetched is ever dropped for its form. ok reports
+// 2..17), so that nothing fetched is ever dropped for its form. ok reports
 // whether the bytes were a well-formed envelope.
 func decodeEnvelope(s string) (env envelope, ok bool) {
 	if len(s) < envFixedLen {
@@ -102,20 +124,82 @@ func decodeEnvelope(s string) (env envelope, ok bool) {
 	case envPlain:
 		env.payload = s[envFixedLen:]
 		return env, true
-	case envHeaders:
-		rest := s[envFixedLen:]
-		if len(rest) >= 4 {
-			n := binary.BigEndian.Uint32([]byte(rest[:4]))
-			if uint64(n) <= uint64(len(rest)-4) {
-				var h http.Header
-				if err := json.Unmarshal([]byte(rest[4:4+n]), &h); err == nil {
-					env.header = h
-					env.payload = rest[4+n:]
-					return env, true
-				}
-			}
+	case envMeta:
+		if m, rest, ok := parseMeta(s[envFixedLen:]); ok {
+			env.meta = m
+			env.payload = rest
+			return env, true
 		}
 	}
 	env.payload = s
 	return env, false
+}
+
+// parseMeta reads "a,p,ttr,ttl,exp,hl;" + headers from the front of s and
+// returns the rest (the payload).
+func parseMeta(s string) (meta, string, bool) {
+	end := strings.IndexByte(s, ';')
+	if end < 0 || end > 120 {
+		return meta{}, "", false
+	}
+	var n [6]int64
+	fields := s[:end]
+	for i := range n {
+		f := fields
+		if i < len(n)-1 {
+			c := strings.IndexByte(fields, ',')
+			if c < 0 {
+				return meta{}, "", false
+			}
+			f, fields = fields[:c], fields[c+1:]
+		}
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v < 0 {
+			return meta{}, "", false
+		}
+		n[i] = v
+	}
+	rest := s[end+1:]
+	if n[5] > int64(len(rest)) {
+		return meta{}, "", false
+	}
+	m := meta{attempts: int(n[0]), priority: int(n[1]), ttr: time.Duration(n[2]) * time.Millisecond,
+		ttl: time.Duration(n[3]) * time.Millisecond, expireAt: n[4]}
+	if n[5] > 0 {
+		if err := json.Unmarshal([]byte(rest[:n[5]]), &m.header); err != nil {
+			return meta{}, "", false
+		}
+	}
+	return m, rest[n[5]:], true
+}
+
+// publishedAt reads the publisher's clock from an id (zero for the ids the
+// fetch script gives foreign items).
+func publishedAt(id string) time.Time {
+	if len(id) != idLen || id[0] == '~' {
+		return time.Time{}
+	}
+	var ms int64
+	for i := 0; i < 6; i++ {
+		ms = ms<<8 | int64(id[i])
+	}
+	return time.UnixMilli(ms)
+}
+
+// encodeWithID builds the stored form of a delivery that keeps its id (a
+// rewrite, such as a rejection that records its reason).
+func encodeWithID(id string, m meta, payload []byte) ([]byte, error) {
+	var hj []byte
+	if len(m.header) > 0 {
+		var err error
+		if hj, err = json.Marshal(m.header); err != nil {
+			return nil, err
+		}
+	}
+	b := make([]byte, 0, envFixedLen+40+len(hj)+len(payload))
+	b = append(b, envMeta)
+	b = append(b, id...)
+	b = appendMeta(b, m, len(hj))
+	b = append(b, hj...)
+	return append(b, payload...), nil
 }

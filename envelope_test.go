@@ -6,21 +6,25 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
 	ids := newIDSource()
+	now := time.UnixMilli(1_790_000_000_123)
 	for _, tc := range []struct {
-		header  http.Header
+		meta    meta
 		payload string
 	}{
-		{nil, ""},
-		{nil, "hello"},
-		{http.Header{}, "empty header is no header"},
-		{http.Header{"A": {"1", "2"}, "B": {""}}, "with headers"},
-		{http.Header{"X": {"y"}}, string([]byte{0, 1, 2, 255})},
+		{meta{}, ""},
+		{meta{}, "hello"},
+		{meta{header: http.Header{}}, "empty header is no header"},
+		{meta{header: http.Header{"A": {"1", "2"}, "B": {""}}}, "with headers"},
+		{meta{header: http.Header{"X": {"y"}}}, string([]byte{0, 1, 2, 255})},
+		{meta{attempts: 3, priority: 9, ttr: time.Minute, ttl: 1500 * time.Millisecond, expireAt: 1_790_000_001_000}, "all of it"},
+		{meta{priority: 1, header: http.Header{"K": {";,"}}}, "1,2,3;"},
 	} {
-		b, err := encodeEnvelope(ids, tc.header, []byte(tc.payload))
+		b, err := encodeEnvelope(ids, now, tc.meta, []byte(tc.payload))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,12 +32,22 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		if !ok || env.payload != tc.payload || len(env.id) != idLen {
 			t.Fatalf("%q: decoded %+v ok=%v", tc.payload, env, ok)
 		}
-		if len(tc.header) == 0 && env.header != nil || len(tc.header) > 0 && !reflect.DeepEqual(env.header, tc.header) {
-			t.Fatalf("%q: header %v, want %v", tc.payload, env.header, tc.header)
+		want := tc.meta
+		if len(want.header) == 0 {
+			want.header = nil
 		}
-		// The scripts read the id as bytes 2..13.
-		if string(b[1:13]) != env.id {
-			t.Fatal("id is not at bytes 2..13")
+		if !reflect.DeepEqual(env.meta, want) {
+			t.Fatalf("%q: meta %+v, want %+v", tc.payload, env.meta, want)
+		}
+		if (b[0] == envPlain) != tc.meta.plain() {
+			t.Fatalf("%q: format %d for meta %+v", tc.payload, b[0], tc.meta)
+		}
+		// The scripts read the id as bytes 2..17.
+		if string(b[1:17]) != env.id {
+			t.Fatal("id is not at bytes 2..17")
+		}
+		if !publishedAt(env.id).Equal(now) {
+			t.Fatalf("published at %v, want %v", publishedAt(env.id), now)
 		}
 	}
 }
@@ -41,20 +55,19 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 func TestIDsAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	a, b := newIDSource(), newIDSource()
+	now := time.Now() // one millisecond for all: the counter alone keeps them apart
 	for i := 0; i < 10000; i++ {
 		for _, s := range []*idSource{a, b} {
-			id := string(s.next(nil))
+			id := string(s.next(nil, now))
 			if seen[id] {
 				t.Fatalf("id %x repeated", id)
 			}
 			seen[id] = true
 		}
 	}
-	// Crossing into the next counter generation changes the prefix.
-	a.counter.Store(1<<32 - 2)
-	x, y := a.next(nil), a.next(nil)
-	if bytes.Equal(x[:8], y[:8]) {
-		t.Fatal("prefix did not change with the counter generation")
+	// Two sources differ in their random part.
+	if x, y := a.next(nil, now), b.next(nil, now); bytes.Equal(x[6:12], y[6:12]) {
+		t.Fatal("two sources share their random part")
 	}
 }
 
@@ -63,10 +76,10 @@ func TestIDsAreUnique(t *testing.T) {
 // a malformed item as the payload, and must round-trip what encode makes.
 func FuzzDecodeEnvelope(f *testing.F) {
 	ids := newIDSource()
-	for _, seed := range []string{"", "x", "\x01", "\x02abcdefghijkl\x00\x00\x00\x05{\"a\"", "\x02abcdefghijkl\xff\xff\xff\xffz"} {
+	for _, seed := range []string{"", "x", "\x01", "\x03abcdefghijklmnop0,0,0,0,0,5;{\"a\"", "\x03abcdefghijklmnop1,2,3,4,5,99999999999999999999;z", "\x03abcdefghijklmnop-1,0,0,0,0,0;"} {
 		f.Add([]byte(seed), "")
 	}
-	b, _ := encodeEnvelope(ids, http.Header{"K": {"v"}}, []byte("payload"))
+	b, _ := encodeEnvelope(ids, time.Now(), meta{header: http.Header{"K": {"v"}}}, []byte("payload"))
 	f.Add(b, "K")
 	f.Fuzz(func(t *testing.T, raw []byte, headerKey string) {
 		env, ok := decodeEnvelope(string(raw))
@@ -80,7 +93,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if headerKey != "" {
 			h = http.Header{headerKey: {string(raw)}}
 		}
-		enc, err := encodeEnvelope(ids, h, raw)
+		enc, err := encodeEnvelope(ids, time.Now(), meta{header: h, ttl: time.Duration(len(raw)) * time.Millisecond}, raw)
 		if err != nil {
 			return // header not encodable as JSON: Put reports it
 		}

@@ -28,6 +28,14 @@ var (
 	// consuming when it learns this; deliveries it still holds belong to
 	// somebody else now.
 	ErrorConnectionLost = errors.New("redq: connection was declared dead by a cleaner")
+	// ErrorLeaseLost is returned (together with ErrorNotFound) by Ack,
+	// Reject, Push, Release and Touch when the delivery's lease (its TTR)
+	// ran out and it went back to ready, although the connection is alive.
+	// Another consumer may be working on it now.
+	ErrorLeaseLost = errors.New("redq: the delivery's lease ran out and it went back to ready")
+	// ErrorTimeout is returned by Take and TakeBatch when nothing became
+	// ready within the timeout.
+	ErrorTimeout = errors.New("redq: nothing became ready within the timeout")
 	// ErrorInvalidArgument is matched by every *ArgumentError.
 	ErrorInvalidArgument = errors.New("redq: invalid argument")
 	// ErrorPayloadTooLarge is returned by Publish when a payload exceeds the

@@ -201,7 +201,7 @@ func take(t testing.TB, q *redisQueue, n int) []Delivery {
 	}
 	q.buf = make(chan *redisDelivery, n)
 	for len(q.buf) < n {
-		got, err := q.fetch(ctx, int64(min(n-len(q.buf), fetchChunk)))
+		got, _, err := q.fetch(ctx, int64(min(n-len(q.buf), fetchChunk)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,16 +9,29 @@ import "fmt"
 //	{ns}:queues               set of queue names
 //	{ns}:hb:<connection>      heartbeat, expires after the heartbeat TTL
 //
-// Every key of one queue carries the queue's hash tag {name}:
+// Every key of one queue starts with its prefix ns:{name}, so all carry the
+// queue's hash tag {name}:
 //
-//	ns:{name}:ready                list of envelopes, published LPUSH, taken RPOP
+//	ns:{name}:ready                list of envelopes of priority 0, published
+//	                               LPUSH, taken RPOP (and at most one wake
+//	                               marker, at the tail: see scripts/lib.lua)
+//	ns:{name}:ready:<p>            the same for priority p (1..MaxPriority)
+//	ns:{name}:levels               sorted set of the priorities in use
+//	ns:{name}:delayed              sorted set of envelopes by due time (ms,
+//	                               Redis's clock)
+//	ns:{name}:leases               sorted set of id+connection by the time the
+//	                               lease of a taken delivery with a TTR ends
 //	ns:{name}:rejected             list of envelopes
+//	ns:{name}:meta                 hash: expired (count), keep_expired (0/1)
 //	ns:{name}:consumers            hash connection -> number of consumers; a
 //	                               connection may hold unacked deliveries of the
 //	                               queue only while it has a field here
 //	ns:{name}:unacked:<connection> hash delivery id -> envelope
 //	ns:{name}:replies:<connection> hash: the last reply of fetch calls (per queue
-//	                               handle) and settle calls (per flush slot)
+//	                               handle or Take slot) and settle calls (per
+//	                               flush slot)
+//	ns:{name}:lost:<connection>    hash delivery id -> 1 for each delivery whose
+//	                               lease ran out while the connection held it
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another
@@ -59,12 +72,12 @@ func newGlobalKeys(ns string) globalKeys {
 func (g globalKeys) heartbeat(conn string) string { return "{" + g.ns + "}:hb:" + conn }
 
 type queueKeys struct {
-	prefix, ready, rejected, consumers, seq string
+	prefix, ready, rejected, consumers, levels string
 }
 
 func newQueueKeys(ns, name string) queueKeys {
 	p := ns + ":{" + name + "}"
-	return queueKeys{prefix: p, ready: p + ":ready", rejected: p + ":rejected", consumers: p + ":consumers", seq: p + ":seq"}
+	return queueKeys{prefix: p, ready: p + ":ready", rejected: p + ":rejected", consumers: p + ":consumers", levels: p + ":levels"}
 }
 
 func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" + conn }

@@ -457,7 +457,7 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 		t.Fatal(err)
 	}
 	for _, key := range keys {
-		if key == k.consumers || key == k.seq {
+		if key == k.consumers || key == k.prefix+":seq" {
 			continue
 		}
 		typ, _ := client.Type(context.Background(), key).Result()
@@ -1436,7 +1436,7 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		ds := hold(t, q, 1, 1)
 		// Only a request that settles the delivery names its id (fetches
 		// and waits do not): lose the reply of that one.
-		p.arm("$12\r\n" + ds[0].(*redisDelivery).id + "\r\n")
+		p.arm("$16\r\n" + ds[0].(*redisDelivery).id + "\r\n")
 		err := ds[0].Ack()
 		if p.trips() != 1 {
 			t.Fatalf("the proxy lost %d replies, want 1", p.trips())

@@ -4,21 +4,128 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// PublishOption sets a property of a published delivery (see Put).
-type PublishOption func(*publishOptions)
+// Limits of the publish options.
+const (
+	// MaxPriority is the highest priority level; levels run from 0 (the
+	// default, taken last) to MaxPriority (taken first).
+	MaxPriority = 9
+	// MaxDelay is the horizon of Delay and At: a delivery may be scheduled
+	// at most this far ahead.
+	MaxDelay = 366 * 24 * time.Hour
+)
+
+// PublishOption sets a property of published deliveries (see Queue.Put and
+// WithPublishDefaults). An option given a bad value makes the publish fail
+// with an *ArgumentError before anything is sent.
+type PublishOption func(*publishOptions) error
 
 type publishOptions struct {
-	header http.Header
+	header   http.Header
+	delay    time.Duration
+	at       time.Time // zero: not scheduled at a time
+	priority int
+	ttl, ttr time.Duration
 }
 
 // Header attaches headers to a published delivery; the consumer reads them
 // with Delivery.Header.
 func Header(h http.Header) PublishOption {
-	return func(o *publishOptions) { o.header = h }
+	return func(o *publishOptions) error {
+		o.header = h
+		return nil
+	}
+}
+
+// Delay makes the delivery ready d after it was published (0: at once),
+// judged by Redis's clock, with millisecond precision. It replaces an
+// earlier Delay or At. d must be between 0 and MaxDelay.
+func Delay(d time.Duration) PublishOption {
+	return func(o *publishOptions) error {
+		if d < 0 || d > MaxDelay {
+			return argError("delay", d, "must be between 0 and "+MaxDelay.String())
+		}
+		o.delay, o.at = d, time.Time{}
+		return nil
+	}
+}
+
+// At makes the delivery ready at t, by Redis's clock (so publishers whose
+// clocks disagree still agree on when it is due). A time in the past means
+// at once; a time more than MaxDelay ahead of this process's clock is
+// refused. It replaces an earlier Delay or At.
+func At(t time.Time) PublishOption {
+	return func(o *publishOptions) error {
+		if time.Until(t) > MaxDelay {
+			return argError("at", t, "must be at most "+MaxDelay.String()+" ahead")
+		}
+		o.at, o.delay = t, 0
+		if t.IsZero() {
+			o.at = time.UnixMilli(1) // the far past: at once
+		}
+		return nil
+	}
+}
+
+// Priority sets the delivery's priority, from 0 (the default) to
+// MaxPriority. Higher priorities are taken first; within a priority,
+// deliveries are taken in the order they became ready.
+func Priority(p int) PublishOption {
+	return func(o *publishOptions) error {
+		if p < 0 || p > MaxPriority {
+			return argError("priority", p, fmt.Sprintf("must be between 0 and %d", MaxPriority))
+		}
+		o.priority = p
+		return nil
+	}
+}
+
+// TTL sets the delivery's time to live: if nobody takes it within d of its
+// becoming ready (by Redis's clock), it is never delivered. It is counted as
+// expired in the stats, and kept in rejected when the queue is opened with
+// WithKeepExpired. A delivery that goes back to ready (Release, a lost
+// lease, a dead connection) gets d again. 0 means no limit (the default);
+// otherwise d must be at least 1ms. Expired deliveries are found when a
+// consumer or the cleaner reaches them.
+func TTL(d time.Duration) PublishOption {
+	return func(o *publishOptions) error {
+		if d < 0 || (d > 0 && d < time.Millisecond) {
+			return argError("TTL", d, "must be 0 (no limit) or at least 1ms")
+		}
+		o.ttl = d
+		return nil
+	}
+}
+
+// TTR sets the delivery's time to run: a lease that starts when a
+// connection takes it. If the delivery is not acked, rejected or released
+// within d (Touch extends the lease), it goes back to ready even though its
+// connection is alive, with its attempt counted, and a late Ack returns
+// ErrorLeaseLost. 0 means no lease (the default: the delivery stays with its
+// connection while that lives); otherwise d must be at least 1ms.
+func TTR(d time.Duration) PublishOption {
+	return func(o *publishOptions) error {
+		if d < 0 || (d > 0 && d < time.Millisecond) {
+			return argError("TTR", d, "must be 0 (no lease) or at least 1ms")
+		}
+		o.ttr = d
+		return nil
+	}
+}
+
+// scheduled reports whether the publish needs the publish script (Redis's
+// clock, or a key other than ready).
+func (o *publishOptions) scheduled() bool {
+	return o.delay > 0 || !o.at.IsZero() || o.priority > 0 || o.ttl > 0
+}
+
+// ceilMs is d in whole milliseconds, rounded up.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func (q *redisQueue) Publish(payload ...string) error {
@@ -34,28 +141,32 @@ func (q *redisQueue) PublishContext(ctx context.Context, payload ...string) erro
 	for i, p := range payload {
 		bs[i] = []byte(p)
 	}
-	return q.publish(ctx, nil, bs)
+	return q.publish(ctx, q.defaults, bs)
 }
 
 func (q *redisQueue) PublishBytesContext(ctx context.Context, payload ...[]byte) error {
-	return q.publish(ctx, nil, payload)
+	return q.publish(ctx, q.defaults, payload)
 }
 
 func (q *redisQueue) Put(ctx context.Context, payload []byte, opts ...PublishOption) error {
-	var o publishOptions
+	o := q.defaults
 	for _, opt := range opts {
-		opt(&o)
+		if err := opt(&o); err != nil {
+			return err
+		}
 	}
-	return q.publish(ctx, o.header, [][]byte{payload})
+	return q.publish(ctx, o, [][]byte{payload})
 }
 
-func (q *redisQueue) publish(ctx context.Context, header http.Header, payloads [][]byte) error {
+func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][]byte) error {
 	if len(payloads) == 0 {
 		return nil
 	}
 	if q.conn.isStopped() {
 		return ErrorConsumingStopped
 	}
+	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header}
+	now := time.Now()
 	args := make([]any, len(payloads))
 	size := 0
 	for i, p := range payloads {
@@ -63,16 +174,24 @@ func (q *redisQueue) publish(ctx context.Context, header http.Header, payloads [
 		if len(p) > q.conn.opts.maxPayloadSize {
 			return fmt.Errorf("%w: payload %d is %d bytes, the maximum is %d", ErrorPayloadTooLarge, i, len(p), q.conn.opts.maxPayloadSize)
 		}
-		env, err := encodeEnvelope(q.conn.ids, header, p)
+		env, err := encodeEnvelope(q.conn.ids, now, m, p)
 		if err != nil {
-			return argError("header", header, err.Error())
+			return argError("header", o.header, err.Error())
 		}
 		args[i] = env
 	}
 	var err error
-	if len(args) <= coalesceMaxPayloads && size <= coalesceMaxBytes {
+	switch {
+	case o.scheduled():
+		var at int64
+		if !o.at.IsZero() {
+			at = max(1, o.at.UnixMilli())
+		}
+		head := []any{q.keys.prefix, o.priority, ceilMs(o.ttl), ceilMs(o.delay), at}
+		err = scripts.publish.Run(ctx, q.conn.client, []string{q.keys.ready}, append(head, args...)...).Err()
+	case len(args) <= coalesceMaxPayloads && size <= coalesceMaxBytes:
 		err = q.conn.publisher.publish(ctx, q, args)
-	} else {
+	default:
 		err = q.conn.client.LPush(ctx, q.keys.ready, args...).Err()
 	}
 	if err != nil {

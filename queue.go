@@ -24,7 +24,10 @@ type Queue interface {
 	PublishContext(ctx context.Context, payload ...string) error
 	// PublishBytesContext is PublishBytes with a context.
 	PublishBytesContext(ctx context.Context, payload ...[]byte) error
-	// Put publishes one payload with options, for example Header(h).
+	// Put publishes one payload with options: Delay or At (scheduled),
+	// Priority, TTL, TTR and Header. They override the handle's defaults
+	// (WithPublishDefaults). Bad options return an *ArgumentError and
+	// publish nothing.
 	Put(ctx context.Context, payload []byte, opts ...PublishOption) error
 	// SetPushQueue sets where Push moves deliveries (nil: Push rejects).
 	SetPushQueue(pushQueue Queue)
@@ -48,19 +51,39 @@ type Queue interface {
 	AddBatchConsumer(tag string, batchSize int64, timeout time.Duration, consumer BatchConsumer) (string, error)
 	// AddBatchConsumerFunc is AddBatchConsumer for a function.
 	AddBatchConsumerFunc(tag string, batchSize int64, timeout time.Duration, batchConsumerFunc BatchConsumerFunc) (string, error)
+	// AddHandler starts a goroutine that calls handler for each delivery
+	// and settles it by the result: nil acks; an error (or a panic) sends
+	// it back with the queue's retry policy's backoff (see
+	// WithRetryPolicy) until it has been attempted MaxAttempts times, and
+	// then rejects it with the error kept in its "Redq-Error" header. The
+	// context is cancelled when the delivery's lease runs out (see TTR;
+	// Touch extends it) or consuming stops.
+	AddHandler(tag string, handler Handler) (string, error)
+	// Take waits up to timeout (0: not at all) for a delivery and returns
+	// it, owned by this connection like a consumer's: the caller must Ack,
+	// Reject, Push or Release it, and the lease and cleaner rules apply. It
+	// returns ErrorTimeout when nothing became ready in time. Take needs no
+	// StartConsuming and works beside consumers of the same queue.
+	Take(ctx context.Context, timeout time.Duration) (Delivery, error)
+	// TakeBatch is Take for up to max deliveries: it returns as soon as at
+	// least one is there, with as many as are ready, up to max.
+	TakeBatch(ctx context.Context, max int64, timeout time.Duration) (Deliveries, error)
 	// ReturnUnacked moves up to max of this connection's unacked deliveries
 	// of the queue back to the head of ready.
 	ReturnUnacked(max int64) (int64, error)
 	// ReturnRejected moves up to max rejected deliveries back to ready.
 	ReturnRejected(max int64) (int64, error)
-	// PurgeReady deletes all ready deliveries and returns how many.
+	// PurgeReady deletes all ready deliveries (of every priority) and
+	// returns how many. Delayed deliveries stay.
 	PurgeReady() (int64, error)
 	// PurgeRejected deletes all rejected deliveries and returns how many.
 	PurgeRejected() (int64, error)
-	// Destroy purges ready and rejected and unlists the queue. Unacked
-	// deliveries stay with their connections and can still be acked.
+	// Destroy purges ready, rejected and delayed deliveries and the
+	// queue's counters, and unlists the queue. Unacked deliveries stay with
+	// their connections and can still be acked.
 	Destroy() (readyCount, rejectedCount int64, err error)
-	// Drain removes up to count ready deliveries and returns their payloads.
+	// Drain removes up to count ready deliveries, highest priority first,
+	// and returns their payloads.
 	Drain(count int64) ([]string, error)
 	// Remove deletes ready deliveries (and rejected ones if
 	// removeFromRejected) whose payload equals payload: all of them when
@@ -102,6 +125,8 @@ const (
 
 type redisQueue struct {
 	name       string
+	defaults   publishOptions // what Publish and Put start from
+	retry      RetryPolicy
 	conn       *redisConnection
 	keys       queueKeys
 	unackedKey string
@@ -114,6 +139,7 @@ type redisQueue struct {
 	// itemSize is the mean size of the deliveries the last fetch moved
 	// (0 before the first); only the fetch loop touches it.
 	itemSize int
+	takes    takeSlots
 
 	mu            sync.Mutex
 	state         int
@@ -122,6 +148,8 @@ type redisQueue struct {
 	buf           chan *redisDelivery
 	room          chan struct{}
 	stop          chan struct{}
+	stopCtx       context.Context // cancelled when consuming stops
+	stopCancel    context.CancelFunc
 	stopDone      chan struct{}
 	fetchDone     chan struct{}
 	waiter        *waiter
@@ -130,9 +158,10 @@ type redisQueue struct {
 	leftovers     []*redisDelivery
 }
 
-func newQueue(c *redisConnection, name string) *redisQueue {
+func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 	k := newQueueKeys(c.opts.namespace, name)
-	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name), repliesKey: k.replies(c.name), handle: c.handles.Add(1)}
+	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name), repliesKey: k.replies(c.name),
+		handle: c.handles.Add(1), defaults: o.defaults, retry: o.retry}
 }
 
 func (q *redisQueue) String() string { return q.name }
@@ -182,6 +211,7 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	q.buf = make(chan *redisDelivery, prefetchLimit)
 	q.room = make(chan struct{}, 1)
 	q.stop = make(chan struct{})
+	q.stopCtx, q.stopCancel = context.WithCancel(context.Background())
 	q.fetchDone = make(chan struct{})
 	go q.fetchLoop()
 	return nil
@@ -202,6 +232,7 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 	q.state = stateStopped
 	q.stopDone = make(chan struct{})
 	close(q.stop)
+	q.stopCancel()
 	go func() {
 		q.interruptFetch()
 		q.workers.Wait()
@@ -258,7 +289,7 @@ func (q *redisQueue) returnBuffered() {
 	}
 	ids := make([]string, len(pending))
 	for i, d := range pending {
-		ids[len(pending)-1-i] = d.id // RPUSH the newest first: the oldest ends at the head
+		ids[len(pending)-1-i] = d.ref() // RPUSH the newest first: the oldest ends at the head
 	}
 	// Retry as long as the heartbeat TTL, like Ack: a connection that goes
 	// on living would otherwise keep these in its storage, unworked, until
@@ -347,7 +378,7 @@ func (q *redisQueue) AddBatchConsumerFunc(tag string, batchSize int64, timeout t
 func (q *redisQueue) fetchLoop() {
 	defer close(q.fetchDone)
 	ctx := context.Background() // the loop ends through q.stop and the waiter's interrupt
-	w := newWaiter(q.conn.client, q.keys.ready)
+	w := newWaiter(q.conn.client, q.keys.ready, true)
 	defer w.close()
 	q.mu.Lock()
 	q.waiter = w
@@ -369,9 +400,9 @@ func (q *redisQueue) fetchLoop() {
 			continue
 		}
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
-		got, err := q.fetch(ctx, want)
-		if err == nil && int64(got) < want {
-			err = w.wait(ctx, q.pollDuration)
+		got, hint, err := q.fetch(ctx, want)
+		if err == nil && int64(got) < want && hint != 0 {
+			err = w.wait(ctx, waitFor(q.pollDuration, hint))
 		}
 		if err != nil {
 			if isLost(err) {
@@ -410,24 +441,58 @@ func (q *redisQueue) chunk() int64 {
 	return int64(min(fetchChunk, max(1, fetchBudget/q.itemSize)))
 }
 
-func (q *redisQueue) fetch(ctx context.Context, n int64) (int, error) {
-	res, err := scripts.fetch.Run(ctx, q.conn.client,
-		[]string{q.keys.ready, q.unackedKey, q.keys.consumers, q.keys.seq, q.repliesKey},
-		q.conn.name, n, q.fetchToken, q.fetchField()).StringSlice()
+// waitFor is how long an idle fetch loop waits: pollDuration, or until the
+// next scheduled event (a due delivery, a lease running out) when that is
+// sooner. hint is the fetch script's: ms until that event, or -1.
+func waitFor(poll time.Duration, hint int64) time.Duration {
+	if hint > 0 {
+		return min(poll, time.Duration(hint)*time.Millisecond)
+	}
+	return poll
+}
+
+// fetch moves up to n deliveries into the buffer and returns how many and
+// the fetch script's hint (see fetch.lua).
+func (q *redisQueue) fetch(ctx context.Context, n int64) (int, int64, error) {
+	sent := time.Now()
+	res, hint, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	q.fetchToken++
 	size := 0
 	for _, s := range res {
 		size += len(s)
-		env, _ := decodeEnvelope(s)
-		q.buf <- &redisDelivery{q: q, id: env.id, payload: env.payload, header: env.header}
+		q.buf <- newDelivery(q, s, sent)
 	}
 	if len(res) > 0 {
 		q.itemSize = max(1, size/len(res))
 	}
-	return len(res), nil
+	return len(res), hint, nil
+}
+
+// takeRaw runs the fetch script under a field of the replies hash and a
+// token (see fetch.lua) and returns the envelopes and the hint.
+func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64) ([]string, int64, error) {
+	v, err := scripts.fetch.Run(ctx, q.conn.client, []string{q.keys.ready},
+		q.keys.prefix, q.conn.name, n, token, field).Slice()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(v) == 0 {
+		return nil, 0, errors.New("redq: empty reply from fetch")
+	}
+	hint, ok := v[0].(int64)
+	if !ok {
+		return nil, 0, fmt.Errorf("redq: unexpected fetch hint %v", v[0])
+	}
+	out := make([]string, len(v)-1)
+	for i, x := range v[1:] {
+		if out[i], ok = x.(string); !ok {
+			return nil, 0, fmt.Errorf("redq: unexpected fetch reply element %T", x)
+		}
+	}
+	return out, hint, nil
 }
 
 // next waits for the next delivery; false once consuming stops.
@@ -437,14 +502,24 @@ func (q *redisQueue) next() (*redisDelivery, bool) {
 		return nil, false
 	default:
 	}
-	select {
-	case <-q.stop:
-		return nil, false
-	case d := <-q.buf:
-		q.signalRoom()
-		return d, true
+	for {
+		select {
+		case <-q.stop:
+			return nil, false
+		case d := <-q.buf:
+			q.signalRoom()
+			if d.leaseOver(time.Now()) {
+				continue // see skipLeaseOver
+			}
+			return d, true
+		}
 	}
 }
+
+// A delivery with a TTR whose lease ran out while it sat in the buffer is
+// not handed to a consumer: it may be taken by another already, and it goes
+// back to ready when the next fetch or clean finds its lease over. (Keep the
+// prefetch limit small against TTR times throughput to avoid this.)
 
 func (q *redisQueue) signalRoom() {
 	select {
@@ -476,7 +551,9 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 			select {
 			case d := <-q.buf:
 				q.signalRoom()
-				batch = append(batch, d)
+				if !d.leaseOver(time.Now()) {
+					batch = append(batch, d)
+				}
 			case <-timer.C:
 				break collect
 			case <-q.stop:
@@ -494,8 +571,8 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 	}
 }
 
-// flags reads a {registered, r1..rn} script reply.
-func flags(v any, n int) ([]bool, bool, error) {
+// codes reads a {registered, r1..rn} script reply.
+func codes(v any, n int) ([]int64, bool, error) {
 	ns, err := int64s(v)
 	if err != nil {
 		return nil, false, err
@@ -503,11 +580,7 @@ func flags(v any, n int) ([]bool, bool, error) {
 	if len(ns) != n+1 {
 		return nil, false, fmt.Errorf("redq: script replied %d results for %d deliveries", len(ns)-1, n)
 	}
-	out := make([]bool, n)
-	for i := range out {
-		out[i] = ns[i+1] == 1
-	}
-	return out, ns[0] == 1, nil
+	return ns[1:], ns[0] == 1, nil
 }
 
 // Management
@@ -532,7 +605,6 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 	if unregister {
 		un = "1"
 	}
-	keys := []string{q.keys.unacked(conn), q.keys.ready, q.keys.consumers, q.keys.replies(conn)}
 	var total int64
 	cursor := "0"
 	for total < max || (unregister && max == 0) {
@@ -540,7 +612,7 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 		if unregister {
 			chunk = fetchChunk
 		}
-		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, keys, conn, chunk, cursor, un).Slice()
+		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, conn, chunk, cursor, un).Slice()
 		if err != nil {
 			return total, fmt.Errorf("redq: return unacked of %s on %q: %w", conn, q.name, err)
 		}
@@ -568,7 +640,7 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 	}
 	var total int64
 	for total < max {
-		n, err := scripts.returnRejected.Run(ctx, q.conn.client, []string{q.keys.rejected, q.keys.ready}, min(max-total, fetchChunk)).Int64()
+		n, err := scripts.returnRejected.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, min(max-total, fetchChunk)).Int64()
 		if err != nil {
 			return total, fmt.Errorf("redq: return rejected on %q: %w", q.name, err)
 		}
@@ -580,8 +652,10 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 	return total, nil
 }
 
-func (q *redisQueue) purge(ctx context.Context, keys ...string) ([]int64, error) {
-	v, err := scripts.purge.Run(ctx, q.conn.client, keys).Result()
+// purge deletes what says: 'r' ready, 'j' rejected, 'd' delayed and the
+// counters; it returns the ready, rejected and delayed counts before.
+func (q *redisQueue) purge(ctx context.Context, what string) ([]int64, error) {
+	v, err := scripts.purge.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, what).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redq: purge %q: %w", q.name, err)
 	}
@@ -593,7 +667,7 @@ func (q *redisQueue) PurgeReady() (int64, error) {
 }
 
 func (q *redisQueue) PurgeReadyContext(ctx context.Context) (int64, error) {
-	n, err := q.purge(ctx, q.keys.ready)
+	n, err := q.purge(ctx, "r")
 	if err != nil {
 		return 0, err
 	}
@@ -605,11 +679,11 @@ func (q *redisQueue) PurgeRejected() (int64, error) {
 }
 
 func (q *redisQueue) PurgeRejectedContext(ctx context.Context) (int64, error) {
-	n, err := q.purge(ctx, q.keys.rejected)
+	n, err := q.purge(ctx, "j")
 	if err != nil {
 		return 0, err
 	}
-	return n[0], nil
+	return n[1], nil
 }
 
 func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
@@ -617,7 +691,7 @@ func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
 }
 
 func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCount int64, err error) {
-	n, err := q.purge(ctx, q.keys.ready, q.keys.rejected)
+	n, err := q.purge(ctx, "rjd")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -638,8 +712,8 @@ func (q *redisQueue) DrainContext(ctx context.Context, count int64) ([]string, e
 	if count == 0 {
 		return nil, nil
 	}
-	items, err := q.conn.client.RPopCount(ctx, q.keys.ready, int(count)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	items, err := scripts.drain.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, count).StringSlice()
+	if err != nil {
 		return nil, fmt.Errorf("redq: drain %q: %w", q.name, err)
 	}
 	out := make([]string, len(items))
@@ -658,9 +732,28 @@ func (q *redisQueue) RemoveContext(ctx context.Context, payload string, count in
 	if count < 0 {
 		return argError("count", count, "must not be negative")
 	}
-	removed, err := q.removeFrom(ctx, q.keys.ready, payload, count)
-	if err != nil || !removeFromRejected || (count > 0 && removed >= count) {
-		return err
+	levels, err := q.conn.client.ZRevRange(ctx, q.keys.levels, 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("redq: remove from %q: %w", q.name, err)
+	}
+	var removed int64
+	lists := []string{q.keys.ready}
+	for _, p := range levels {
+		lists = append([]string{q.keys.ready + ":" + p}, lists...)
+	}
+	for _, list := range lists {
+		left := count
+		if count > 0 {
+			left = count - removed
+		}
+		n, err := q.removeFrom(ctx, list, payload, left)
+		removed += n
+		if err != nil || (count > 0 && removed >= count) {
+			return err
+		}
+	}
+	if !removeFromRejected {
+		return nil
 	}
 	if count > 0 {
 		count -= removed
@@ -713,7 +806,7 @@ func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.hand
 
 // settle runs a verb ("ack", "reject" or "push") on deliveries of this
 // queue through the connection's committer.
-func (q *redisQueue) settle(ctx context.Context, verb string, ids []string) ([]bool, bool, error) {
+func (q *redisQueue) settle(ctx context.Context, verb string, ids []string) ([]int64, bool, error) {
 	if verb == "ack" {
 		return q.conn.acks.settle(ctx, q, modeAck, "", ids)
 	}

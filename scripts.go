@@ -10,8 +10,12 @@ import (
 )
 
 // The Lua scripts live in scripts/*.lua, one per atomic move. Each touches
-// keys of one hash slot only (the global tag or one queue's tag), except
-// settle.lua when pushing to another queue.
+// keys of one hash slot only: the global tag, or one queue's tag (settle.lua
+// pushing to another queue is the one exception). The queue scripts share
+// the helpers of scripts/lib.lua, which is put in front of each; they get
+// the queue's key prefix and derive the keys that depend on data (priority
+// levels, other connections' storage) from it, and their first key routes
+// the call to the queue's slot.
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
@@ -22,26 +26,42 @@ type scriptSet struct {
 	fetch, settle                        *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
+	publish, release, touch, rejectWith  *redis.Script
+	maintain, counts, drain              *redis.Script
 }
 
-func mustScript(name string) *redis.Script {
+func readScript(name string) string {
 	b, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
 		panic("redq: missing embedded script " + name + ": " + err.Error())
 	}
-	return redis.NewScript(string(b))
+	return string(b)
+}
+
+func mustScript(name string) *redis.Script { return redis.NewScript(readScript(name)) }
+
+// queueScript is a script that uses the shared helpers.
+func queueScript(name string) *redis.Script {
+	return redis.NewScript(readScript("lib") + "\n" + readScript(name))
 }
 
 var scripts = scriptSet{
 	register:       mustScript("register"),
 	heartbeat:      mustScript("heartbeat"),
 	declareDead:    mustScript("declare_dead"),
-	fetch:          mustScript("fetch"),
-	settle:         mustScript("settle"),
-	returnUnacked:  mustScript("return_unacked"),
-	returnRejected: mustScript("return_rejected"),
-	purge:          mustScript("purge"),
 	setConsumers:   mustScript("set_consumers"),
+	fetch:          queueScript("fetch"),
+	settle:         queueScript("settle"),
+	returnUnacked:  queueScript("return_unacked"),
+	returnRejected: queueScript("return_rejected"),
+	purge:          queueScript("purge"),
+	publish:        queueScript("publish"),
+	release:        queueScript("release"),
+	touch:          queueScript("touch"),
+	rejectWith:     queueScript("reject_with"),
+	maintain:       queueScript("maintain"),
+	counts:         queueScript("counts"),
+	drain:          queueScript("drain"),
 }
 
 // isNoScript reports whether err says the script cache did not hold the

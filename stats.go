@@ -23,8 +23,15 @@ type Stats struct {
 
 // QueueStat holds the counts of one queue.
 type QueueStat struct {
+	// ReadyCount counts the deliveries ready to be taken, of every priority.
 	ReadyCount    int64 `json:"ready"`
 	RejectedCount int64 `json:"rejected"`
+	// DelayedCount counts the deliveries waiting for their due time (see
+	// Delay and At).
+	DelayedCount int64 `json:"delayed"`
+	// ExpiredCount counts the deliveries dropped because their time to
+	// live ran out (see TTL), since the queue was created or destroyed.
+	ExpiredCount int64 `json:"expired"`
 	// Connections holds, per connection registered for the queue, its
 	// unacked count, consumer count and whether it is alive.
 	Connections map[string]ConnectionStat `json:"connections"`
@@ -85,10 +92,10 @@ func (s Stats) Names() []string {
 // String renders the stats as a plain text table.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-30s %10s %10s %10s %10s %12s\n", "queue", "ready", "rejected", "unacked", "consumers", "connections")
+	fmt.Fprintf(&b, "%-30s %10s %10s %10s %10s %10s %10s %12s\n", "queue", "ready", "rejected", "delayed", "expired", "unacked", "consumers", "connections")
 	for _, name := range s.Names() {
 		q := s.QueueStats[name]
-		fmt.Fprintf(&b, "%-30s %10d %10d %10d %10d %12d\n", name, q.ReadyCount, q.RejectedCount, q.UnackedCount(), q.ConsumerCount(), q.ConnectionCount())
+		fmt.Fprintf(&b, "%-30s %10d %10d %10d %10d %10d %10d %12d\n", name, q.ReadyCount, q.RejectedCount, q.DelayedCount, q.ExpiredCount, q.UnackedCount(), q.ConsumerCount(), q.ConnectionCount())
 		conns := make([]string, 0, len(q.Connections))
 		for c := range q.Connections {
 			conns = append(conns, c)
@@ -96,7 +103,7 @@ func (s Stats) String() string {
 		sort.Strings(conns)
 		for _, c := range conns {
 			cs := q.Connections[c]
-			fmt.Fprintf(&b, "  %-28s %10s %10s %10d %10d %12s\n", c, "", "", cs.UnackedCount, cs.ConsumerCount, activeWord(cs.Active))
+			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, activeWord(cs.Active))
 		}
 	}
 	others := make([]string, 0, len(s.OtherConnections))
@@ -128,22 +135,47 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 			return stats, argError("queue name", name, why)
 		}
 	}
-	// Round trip 1: list lengths, registered connections per queue, and
-	// the connections set.
+	// Round trip 1: counts, registered connections per queue, and the
+	// connections set.
 	type queueCmds struct {
-		keys            queueKeys
-		ready, rejected *redis.IntCmd
-		consumers       *redis.MapStringStringCmd
+		keys      queueKeys
+		counts    *redis.Cmd
+		consumers *redis.MapStringStringCmd
 	}
 	pipe := c.client.Pipeline()
 	qc := make([]queueCmds, len(queueList))
 	for i, name := range queueList {
 		k := newQueueKeys(c.opts.namespace, name)
-		qc[i] = queueCmds{keys: k, ready: pipe.LLen(ctx, k.ready), rejected: pipe.LLen(ctx, k.rejected), consumers: pipe.HGetAll(ctx, k.consumers)}
+		qc[i] = queueCmds{keys: k, counts: scripts.counts.EvalSha(ctx, pipe, []string{k.ready}, k.prefix), consumers: pipe.HGetAll(ctx, k.consumers)}
 	}
 	members := pipe.SMembers(ctx, c.keys.connections)
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, err := pipe.Exec(ctx)
+	counts := make([][]int64, len(queueList))
+	for i, q := range qc {
+		v, cerr := q.counts.Result()
+		if isNoScript(cerr) {
+			v, cerr = scripts.counts.Run(ctx, c.client, []string{q.keys.ready}, q.keys.prefix).Result()
+		}
+		if cerr == nil {
+			counts[i], cerr = int64s(v)
+			if cerr == nil && len(counts[i]) != 4 {
+				cerr = fmt.Errorf("unexpected reply %v", v)
+			}
+		}
+		if cerr != nil {
+			return stats, fmt.Errorf("redq: collect stats: %w", cerr)
+		}
+	}
+	if err != nil && !isNoScript(err) {
 		return stats, fmt.Errorf("redq: collect stats: %w", err)
+	}
+	if err := members.Err(); err != nil {
+		return stats, fmt.Errorf("redq: collect stats: %w", err)
+	}
+	for _, q := range qc {
+		if err := q.consumers.Err(); err != nil {
+			return stats, fmt.Errorf("redq: collect stats: %w", err)
+		}
 	}
 	registered := map[string]bool{}
 	for _, m := range members.Val() {
@@ -176,7 +208,8 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	alive := func(conn string) bool { return registered[conn] && beats[conn].Val() == 1 }
 	seen := map[string]bool{}
 	for i, name := range queueList {
-		qs := QueueStat{ReadyCount: qc[i].ready.Val(), RejectedCount: qc[i].rejected.Val(), Connections: map[string]ConnectionStat{}}
+		n := counts[i]
+		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3], Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}

@@ -316,7 +316,9 @@ type handlerStubConn struct {
 	ctxSeen  []context.Context
 }
 
-func (c *handlerStubConn) OpenQueue(string) (Queue, error) { return nil, errors.New("stub") }
+func (c *handlerStubConn) OpenQueue(string, ...QueueOption) (Queue, error) {
+	return nil, errors.New("stub")
+}
 func (c *handlerStubConn) CollectStats(q []string) (Stats, error) {
 	return c.CollectStatsContext(context.Background(), q)
 }

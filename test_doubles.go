@@ -23,8 +23,15 @@ func NewTestConnection() TestConnection {
 	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}}
 }
 
-// OpenQueue returns the TestQueue of that name, creating it.
-func (c TestConnection) OpenQueue(name string) (Queue, error) {
+// OpenQueue returns the TestQueue of that name, creating it. Options are
+// checked and otherwise ignored.
+func (c TestConnection) OpenQueue(name string, opts ...QueueOption) (Queue, error) {
+	var o queueOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
 	if why := validName(name); why != "" {
 		return nil, argError("queue name", name, why)
 	}
@@ -256,6 +263,17 @@ func (q *TestQueue) RemoveContext(_ context.Context, payload string, count int64
 	return q.Remove(payload, count, fromRejected)
 }
 
+// AddHandler does nothing, like AddConsumer.
+func (q *TestQueue) AddHandler(tag string, _ Handler) (string, error) { return tag, nil }
+
+// Take returns ErrorTimeout: a TestQueue holds no deliveries to take.
+func (q *TestQueue) Take(context.Context, time.Duration) (Delivery, error) { return nil, ErrorTimeout }
+
+// TakeBatch returns ErrorTimeout, like Take.
+func (q *TestQueue) TakeBatch(context.Context, int64, time.Duration) (Deliveries, error) {
+	return nil, ErrorTimeout
+}
+
 // State is what happened to a TestDelivery.
 type State int
 
@@ -265,6 +283,7 @@ const (
 	Acked
 	Rejected
 	Pushed
+	Released
 )
 
 func (s State) String() string {
@@ -277,6 +296,8 @@ func (s State) String() string {
 		return "rejected"
 	case Pushed:
 		return "pushed"
+	case Released:
+		return "released"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
@@ -288,6 +309,12 @@ type TestDelivery struct {
 	State   State
 	payload string
 	header  http.Header
+	// Attempt is what Attempts returns (1 when left at 0).
+	Attempt int
+	// ReleaseDelay is the delay the last Release was given.
+	ReleaseDelay time.Duration
+	// Touches counts the calls of Touch.
+	Touches int
 }
 
 // NewTestDelivery returns a delivery whose payload is content as JSON.
@@ -333,6 +360,45 @@ func (d *TestDelivery) RejectContext(context.Context) error { return d.Reject() 
 
 // PushContext is Push.
 func (d *TestDelivery) PushContext(context.Context) error { return d.Push() }
+
+// ID returns a fixed id.
+func (d *TestDelivery) ID() string { return "00000000000000000000000000000000" }
+
+// Attempts returns Attempt, or 1 when it is 0.
+func (d *TestDelivery) Attempts() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return max(1, d.Attempt)
+}
+
+// PublishedAt returns the zero time.
+func (d *TestDelivery) PublishedAt() time.Time { return time.Time{} }
+
+// Release marks the delivery released and records the delay; ErrorNotFound
+// if it was settled already.
+func (d *TestDelivery) Release(_ context.Context, delay time.Duration) error {
+	if delay < 0 || delay > MaxDelay {
+		return argError("release delay", delay, "must be between 0 and "+MaxDelay.String())
+	}
+	if err := d.settle(Released); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.ReleaseDelay = delay
+	d.mu.Unlock()
+	return nil
+}
+
+// Touch counts the call; ErrorNotFound if the delivery was settled.
+func (d *TestDelivery) Touch(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.State != Unacked {
+		return ErrorNotFound
+	}
+	d.Touches++
+	return nil
+}
 
 // GetState returns the state, safe to call from any goroutine.
 func (d *TestDelivery) GetState() State {

@@ -39,9 +39,11 @@ type blockingCmdable interface {
 	BLMove(ctx context.Context, source, destination, srcpos, destpos string, timeout time.Duration) *redis.StringCmd
 }
 
-func newWaiter(client redis.UniversalClient, key string) *waiter {
+// newWaiter returns a waiter on key; with dedicated it waits on a
+// connection of its own where it can (see waiter), else on the pool.
+func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter {
 	w := &waiter{client: client, key: key}
-	if c, ok := client.(*redis.Client); ok {
+	if c, ok := client.(*redis.Client); ok && dedicated {
 		w.dedicated = c.Conn()
 	}
 	return w

@@ -1,8 +1,28 @@
--- Delete lists and return how many items each held.
--- KEYS lists to delete
-local out = {}
-for i, k in ipairs(KEYS) do
-  out[i] = redis.call('LLEN', k)
-  redis.call('DEL', k)
+-- Delete a queue's ready deliveries (every priority) when ARGV[2] has 'r',
+-- its rejected ones when it has 'j', and its delayed ones and counters when
+-- it has 'd'. Returns {ready, rejected, delayed} as counted before.
+-- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] what
+local P, what = ARGV[1], ARGV[2]
+local out = {0, 0, 0}
+if string.find(what, 'r', 1, true) then
+  local ready = P .. ':ready'
+  out[1] = redis.call('LLEN', ready)
+  if out[1] > 0 and redis.call('LINDEX', ready, -1) == MARKER then
+    out[1] = out[1] - 1
+  end
+  redis.call('DEL', ready)
+  for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
+    out[1] = out[1] + redis.call('LLEN', P .. ':ready:' .. p)
+    redis.call('DEL', P .. ':ready:' .. p)
+  end
+  redis.call('DEL', P .. ':levels')
+end
+if string.find(what, 'j', 1, true) then
+  out[2] = redis.call('LLEN', P .. ':rejected')
+  redis.call('DEL', P .. ':rejected')
+end
+if string.find(what, 'd', 1, true) then
+  out[3] = redis.call('ZCARD', P .. ':delayed')
+  redis.call('DEL', P .. ':delayed', P .. ':meta', P .. ':seq')
 end
 return out

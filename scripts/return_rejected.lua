@@ -1,9 +1,28 @@
--- Move up to ARGV[1] deliveries from rejected to the tail of ready, oldest
--- rejection first. Returns how many moved.
--- KEYS[1] rejected, KEYS[2] ready
-local items = redis.call('RPOP', KEYS[1], ARGV[1])
+-- Move up to ARGV[2] deliveries from rejected to the back of ready (each in
+-- its priority's line), oldest rejection first, as if published anew: their
+-- attempts start again from 0 and their time to live from now. Returns how
+-- many moved.
+-- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] max
+local P = ARGV[1]
+local items = redis.call('RPOP', P .. ':rejected', ARGV[2])
 if not items then
   return 0
 end
-redis.call('LPUSH', KEYS[2], unpack(items))
+local now = now_ms()
+local groups = {}
+for _, e in ipairs(items) do
+  local m, stop = meta(e)
+  local p = 0
+  if m then
+    p = m[2]
+    m[1] = 0
+    m[5] = 0
+    if m[4] > 0 then
+      m[5] = now + m[4]
+    end
+    e = with_meta(e, m, stop)
+  end
+  add_level(groups, p, e)
+end
+push_groups(P, groups, false)
 return #items

@@ -1,32 +1,36 @@
 -- Settle deliveries of one connection: delete them from its unacked hash
 -- (ack), or move them to a list: rejected (reject), another queue's ready
--- (push), or the head of ready (a stopping consumer hands back its buffer).
+-- (push), or the front of ready (a stopping consumer hands back its buffer;
+-- each goes to its priority's line). Their leases end.
 -- Returns {registered, r1, ..., rn}: registered is 1 while the connection is
--- registered for the queue; ri is 1 when delivery i was there and settled.
+-- registered for the queue; ri is 1 when delivery i was there and settled,
+-- 0 when it was not there, 2 when it was not there because its lease ran
+-- out and it went back to ready.
 --
--- A call is idempotent per token: field ARGV[3] of the replies hash keeps
+-- A call is idempotent per token: field ARGV[4] of the replies hash keeps
 -- the token and results of the last call made under that field, and a call
 -- repeated with the same token (its reply was lost, or go-redis sent it
 -- again) returns those results instead of finding nothing to settle.
 --
--- KEYS[1] unacked hash, KEYS[2] consumers hash, KEYS[3] replies hash,
--- KEYS[4] destination list (moves only)
--- ARGV[1] connection name, ARGV[2] 'A' ack, 'L' push to the tail of the
--- destination, 'R' push to its head; ARGV[3] field, ARGV[4] token,
--- ARGV[5..] delivery ids
-local registered = redis.call('HEXISTS', KEYS[2], ARGV[1])
+-- KEYS[1] the queue's ready list (routes the call), KEYS[2] destination
+-- list of 'L' moves
+-- ARGV[1] queue prefix, ARGV[2] connection name, ARGV[3] 'A' ack, 'L' push
+-- to the tail of the destination, 'R' hand back to the front of ready;
+-- ARGV[4] field, ARGV[5] token, ARGV[6..] deliveries (see held in lib.lua)
+local P, conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local registered = redis.call('HEXISTS', P .. ':consumers', conn)
 if registered == 0 then
   -- A cleaner emptied this connection's storage and unregistered it: there
   -- is nothing to settle, and nothing to remember (the cleaner deleted the
   -- replies hash; writing it again would leave it behind).
   local out = {0}
-  for i = 5, #ARGV do
+  for i = 6, #ARGV do
     out[#out + 1] = 0
   end
   return out
 end
-local token = ARGV[4]
-local last = redis.call('HGET', KEYS[3], ARGV[3])
+local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
+local last = redis.call('HGET', rk, field)
 local out = {registered}
 if last and string.sub(last, 1, #token + 1) == token .. '|' then
   for i = #token + 2, #last do
@@ -34,24 +38,38 @@ if last and string.sub(last, 1, #token + 1) == token .. '|' then
   end
   return out
 end
-local mode = ARGV[2]
-local push = 'LPUSH'
-if mode == 'R' then push = 'RPUSH' end
+local lk = P .. ':leases'
+local leases = redis.call('EXISTS', lk) == 1
 local flags = {}
-for i = 5, #ARGV do
-  local done = 0
-  if mode == 'A' then
-    done = redis.call('HDEL', KEYS[1], ARGV[i])
-  else
-    local e = redis.call('HGET', KEYS[1], ARGV[i])
-    if e then
-      redis.call(push, KEYS[4], e)
-      redis.call('HDEL', KEYS[1], ARGV[i])
-      done = 1
+local groups = {}
+for i = 6, #ARGV do
+  local id, done = ARGV[i], 0
+  if mode == 'A' and #id == IDLEN then
+    done = redis.call('HDEL', uk, id)
+    if done == 0 then
+      done = lost(P, conn, id)
     end
+  else
+    local e
+    id, e, done = held(P, uk, conn, id)
+    if e then
+      redis.call('HDEL', uk, id)
+      if mode == 'R' then
+        local m = meta(e)
+        add_level(groups, m and m[2] or 0, e)
+      elseif mode == 'L' then
+        redis.call('LPUSH', KEYS[2], e)
+      end
+    end
+  end
+  if done == 1 and leases then
+    redis.call('ZREM', lk, id .. conn)
   end
   out[#out + 1] = done
   flags[#flags + 1] = tostring(done)
 end
-redis.call('HSET', KEYS[3], ARGV[3], token .. '|' .. table.concat(flags))
+-- The buffer comes back oldest first and must end at the front in that
+-- order: RPUSH them newest first (the caller sends the ids so).
+push_groups(P, groups, true)
+redis.call('HSET', rk, field, token .. '|' .. table.concat(flags))
 return out

@@ -1,0 +1,283 @@
+-- Shared helpers: scripts.go puts this file in front of every script.
+--
+-- A queue's keys all start with its prefix P = ns:{name} (one hash tag, so
+-- one cluster slot). Scripts get P as an argument and derive the keys that
+-- depend on data (priority levels, other connections' storage) from it.
+--
+-- The wake marker is an element that is not a delivery. A script that puts
+-- a delivery somewhere an idle consumer does not watch (a priority list, or
+-- the delayed set ahead of everything there) pushes it into an empty ready
+-- list, so that consumers blocked on ready wake up and fetch. It is only
+-- ever pushed into an empty list, and every script that pushes to the tail
+-- of ready drops it first, so there is at most one and it is always the
+-- tail; fetches, drains and counts skip it.
+local MARKER = '\0redq:wake'
+local IDLEN = 16
+
+-- Redis's clock in ms: the one clock that decides due times and leases.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The metadata of a format-3 envelope as {attempts, priority, ttr, ttl,
+-- expireAt, headerLen} and where the rest starts; nil for other forms.
+local function meta(e)
+  if string.byte(e, 1) ~= 3 then
+    return nil
+  end
+  local a, p, r, l, x, h, stop = string.match(e, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);()', IDLEN + 2)
+  if not a then
+    return nil
+  end
+  return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h)}, stop
+end
+
+-- meta, or the metadata of a plain envelope (all zero, payload after the id).
+local function meta_of(e)
+  local m, stop = meta(e)
+  if m then
+    return m, stop
+  end
+  return {0, 0, 0, 0, 0, 0}, IDLEN + 2
+end
+
+-- The envelope e rewritten (as format 3) with metadata m.
+local function with_meta(e, m, stop)
+  return '\3' .. string.sub(e, 2, IDLEN + 1) .. table.concat(m, ',') .. ';' .. string.sub(e, stop)
+end
+
+-- The list holding ready deliveries of priority p.
+local function ready_key(P, p)
+  if p == 0 then
+    return P .. ':ready'
+  end
+  return P .. ':ready:' .. p
+end
+
+local function wake(P)
+  local ready = P .. ':ready'
+  if redis.call('LLEN', ready) == 0 then
+    redis.call('LPUSH', ready, MARKER)
+  end
+end
+
+local function drop_marker(ready)
+  if redis.call('LINDEX', ready, -1) == MARKER then
+    redis.call('RPOP', ready)
+  end
+end
+
+-- Put envelopes of priority p into ready: at the back of the line, or at
+-- the front (taken next) with front.
+local function push_ready(P, p, items, front)
+  if #items == 0 then
+    return
+  end
+  local key = ready_key(P, p)
+  if p == 0 and front then
+    drop_marker(key)
+  end
+  for i = 1, #items, 1000 do
+    local j = math.min(i + 999, #items)
+    if front then
+      redis.call('RPUSH', key, unpack(items, i, j))
+    else
+      redis.call('LPUSH', key, unpack(items, i, j))
+    end
+  end
+  if p > 0 then
+    redis.call('ZADD', P .. ':levels', p, p)
+    wake(P)
+  end
+end
+
+-- Group envelopes by priority: {[p] = {e, ...}}.
+local function add_level(groups, p, e)
+  local g = groups[p]
+  if not g then
+    g = {}
+    groups[p] = g
+  end
+  g[#g + 1] = e
+end
+
+local function push_groups(P, groups, front)
+  for p, items in pairs(groups) do
+    push_ready(P, p, items, front)
+  end
+end
+
+-- Count a delivery whose time to live ran out; keep it in rejected when the
+-- queue is configured so.
+local function expire(P, e)
+  local mk = P .. ':meta'
+  redis.call('HINCRBY', mk, 'expired', 1)
+  if redis.call('HGET', mk, 'keep_expired') == '1' then
+    redis.call('LPUSH', P .. ':rejected', e)
+  end
+end
+
+-- Schedule e to become ready at due; wake the consumers when it is now the
+-- earliest, so that they wait for it rather than for what they knew.
+local function schedule(P, e, due)
+  local dk = P .. ':delayed'
+  local first = redis.call('ZRANGE', dk, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', dk, due, e)
+  if #first == 0 or tonumber(first[2]) > due then
+    wake(P)
+  end
+end
+
+-- e taken once more goes back: count the attempt and restart its time to
+-- live. Returns the new envelope and its priority.
+local function again(e, now)
+  local m, stop = meta_of(e)
+  m[1] = m[1] + 1
+  if m[4] > 0 then
+    m[5] = now + m[4]
+  end
+  return with_meta(e, m, stop), m[2]
+end
+
+-- Move due deliveries (at most max) from delayed to ready, at the back of
+-- their priority's line; their time to live starts at their due time.
+local function promote(P, now, max)
+  local dk = P .. ':delayed'
+  local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
+  if #due == 0 then
+    return 0
+  end
+  redis.call('ZREMRANGEBYRANK', dk, 0, #due / 2 - 1)
+  local groups = {}
+  for i = 1, #due, 2 do
+    local e, at = due[i], tonumber(due[i + 1])
+    local m, stop = meta(e)
+    local p = 0
+    if m then
+      p = m[2]
+      if m[4] > 0 then
+        m[5] = at + m[4]
+        e = with_meta(e, m, stop)
+      end
+    end
+    if m and m[5] > 0 and m[5] <= now then
+      expire(P, e)
+    else
+      add_level(groups, p, e)
+    end
+  end
+  push_groups(P, groups, false)
+  return #due / 2
+end
+
+-- A delivery that went back to ready while its connection still held it
+-- (its lease ran out) leaves a note in the connection's lost hash, so that
+-- its late Ack learns why it is gone. The hash expires a day after the last
+-- note; a cleaner deletes it with the connection's other storage.
+local function note_lost(P, conn, id)
+  local k = P .. ':lost:' .. conn
+  redis.call('HSET', k, id, '1')
+  redis.call('PEXPIRE', k, 86400000)
+end
+
+-- Returns 2 (lease lost) when there was a note for id, else 0 (not there).
+local function lost(P, conn, id)
+  if redis.call('HDEL', P .. ':lost:' .. conn, id) == 1 then
+    return 2
+  end
+  return 0
+end
+
+-- A verb names a delivery by its id, or, for a delivery with a lease, by
+-- id@attempts: the attempt it was taken at. The same connection may have
+-- taken the delivery again after the lease ran out; the stale holder's
+-- verb must not act on the new take. Returns the id, the envelope if this
+-- connection holds that attempt, and the code when it does not.
+local function held(P, uk, conn, ref)
+  local id, want = ref, nil
+  if #ref > IDLEN then
+    id, want = string.sub(ref, 1, IDLEN), tonumber(string.sub(ref, IDLEN + 2))
+  end
+  local e = redis.call('HGET', uk, id)
+  if not e then
+    return id, nil, lost(P, conn, id)
+  end
+  if want and meta_of(e)[1] ~= want then
+    return id, nil, 2
+  end
+  return id, e, 1
+end
+
+-- Return deliveries whose lease ran out (at most max) to the front of
+-- ready, with their attempt counted.
+local function expire_leases(P, now, max)
+  local lk = P .. ':leases'
+  local gone = redis.call('ZRANGEBYSCORE', lk, '-inf', now, 'LIMIT', 0, max)
+  if #gone == 0 then
+    return 0
+  end
+  redis.call('ZREMRANGEBYRANK', lk, 0, #gone - 1)
+  local groups = {}
+  for _, member in ipairs(gone) do
+    local id, conn = string.sub(member, 1, IDLEN), string.sub(member, IDLEN + 1)
+    local uk = P .. ':unacked:' .. conn
+    local e = redis.call('HGET', uk, id)
+    if e then
+      redis.call('HDEL', uk, id)
+      note_lost(P, conn, id)
+      local p
+      e, p = again(e, now)
+      add_level(groups, p, e)
+    end
+  end
+  push_groups(P, groups, true)
+  return #gone
+end
+
+-- How long until the next delivery is due or the next lease runs out, in
+-- ms (at least 1), or -1 when nothing is scheduled.
+local function next_event(P, now)
+  local best = -1
+  for _, k in ipairs({P .. ':delayed', P .. ':leases'}) do
+    local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if #first > 0 then
+      local d = math.max(1, tonumber(first[2]) - now)
+      if best < 0 or d < best then
+        best = d
+      end
+    end
+  end
+  return best
+end
+
+-- Pop up to n elements from the ready lists, highest priority first. Returns
+-- them and whether n were popped (there may be more).
+local function pop_ready(P, n)
+  local out = {}
+  local lv = P .. ':levels'
+  for _, p in ipairs(redis.call('ZREVRANGE', lv, 0, -1)) do
+    local want = n - #out
+    local got = redis.call('RPOP', P .. ':ready:' .. p, want)
+    if got then
+      for _, e in ipairs(got) do
+        out[#out + 1] = e
+      end
+    end
+    if not got or #got < want then
+      redis.call('ZREM', lv, p)
+    end
+    if #out >= n then
+      return out, true
+    end
+  end
+  local got = redis.call('RPOP', P .. ':ready', n - #out)
+  if got then
+    for _, e in ipairs(got) do
+      out[#out + 1] = e
+    end
+  end
+  return out, #out >= n
+end
+
+-- End of the shared helpers.

@@ -1,0 +1,29 @@
+-- Release one delivery of a connection: back to ready after ARGV[4] ms (into
+-- the delayed set) or at once (at the back of its priority's line), with its
+-- attempt counted and its lease ended.
+-- Returns {registered, r}: r is 1 when released, 0 when the delivery was
+-- not there, 2 when it was not there because its lease ran out.
+--
+-- KEYS[1] ready (routes the call)
+-- ARGV[1] queue prefix, ARGV[2] connection, ARGV[3] delivery (see held in lib.lua), ARGV[4]
+-- delay ms
+local P, conn, delay = ARGV[1], ARGV[2], tonumber(ARGV[4])
+if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
+  return {0, 0}
+end
+local uk = P .. ':unacked:' .. conn
+local id, e, code = held(P, uk, conn, ARGV[3])
+if not e then
+  return {1, code}
+end
+redis.call('HDEL', uk, id)
+redis.call('ZREM', P .. ':leases', id .. conn)
+local now = now_ms()
+local p
+e, p = again(e, now)
+if delay > 0 then
+  schedule(P, e, now + delay)
+else
+  push_ready(P, p, {e}, false)
+end
+return {1, 1}

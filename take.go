@@ -1,0 +1,145 @@
+package redq
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// takeSlots numbers the fields of the replies hash that Take calls use, so
+// that concurrent Takes on one handle keep their replies apart (see
+// fetch.lua) and the number of fields stays bounded by the largest number
+// of concurrent calls.
+type takeSlots struct {
+	mu         sync.Mutex
+	free       []*takeSlot
+	n          int
+	registered bool
+}
+
+type takeSlot struct {
+	field string
+	token uint64 // changes only after a call succeeded
+}
+
+func (s *takeSlots) get(handle int64) *takeSlot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := len(s.free); k > 0 {
+		t := s.free[k-1]
+		s.free = s.free[:k-1]
+		return t
+	}
+	s.n++
+	return &takeSlot{field: "t" + strconv.FormatInt(handle, 10) + "." + strconv.Itoa(s.n)}
+}
+
+func (s *takeSlots) put(t *takeSlot) {
+	s.mu.Lock()
+	s.free = append(s.free, t)
+	s.mu.Unlock()
+}
+
+// takeWaitCap bounds one wait of Take on Redis, so that a cancelled context
+// or a stop is noticed within it.
+const takeWaitCap = time.Second
+
+func (q *redisQueue) Take(ctx context.Context, timeout time.Duration) (Delivery, error) {
+	ds, err := q.TakeBatch(ctx, 1, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return ds[0], nil
+}
+
+func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Duration) (Deliveries, error) {
+	if max < 1 {
+		return nil, argError("max", max, "must be at least 1")
+	}
+	if timeout < 0 {
+		return nil, argError("timeout", timeout, "must not be negative")
+	}
+	if err := q.takeable(ctx); err != nil {
+		return nil, err
+	}
+	slot := q.takes.get(q.handle)
+	defer q.takes.put(slot)
+	w := newWaiter(q.conn.client, q.keys.ready, false)
+	deadline := time.Now().Add(timeout)
+	for {
+		var out Deliveries
+		var hint int64
+		for int64(len(out)) < max {
+			sent := time.Now()
+			want := min(max-int64(len(out)), fetchChunk)
+			res, h, err := q.takeRaw(ctx, want, slot.field, slot.token)
+			if err != nil {
+				if isLost(err) {
+					go q.conn.connectionLost()
+					err = fmt.Errorf("%w: %w", ErrorConnectionLost, err)
+				}
+				if len(out) > 0 {
+					return out, nil // they are this caller's now; the error comes again next call
+				}
+				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+			}
+			slot.token++
+			for _, s := range res {
+				out = append(out, newDelivery(q, s, sent))
+			}
+			hint = h
+			if int64(len(res)) < want && h != 0 {
+				break
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, ErrorTimeout
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if q.takeStopped() {
+			return nil, ErrorConsumingStopped
+		}
+		if hint != 0 {
+			if err := w.wait(ctx, min(waitFor(left, hint), takeWaitCap)); err != nil {
+				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+			}
+		}
+	}
+}
+
+// takeable checks that Take may run and registers the connection for the
+// queue (the fetch script serves only registered connections) the first
+// time.
+func (q *redisQueue) takeable(ctx context.Context) error {
+	if q.takeStopped() {
+		return ErrorConsumingStopped
+	}
+	q.takes.mu.Lock()
+	defer q.takes.mu.Unlock()
+	if q.takes.registered {
+		return nil
+	}
+	q.mu.Lock()
+	n := q.consumers
+	q.mu.Unlock()
+	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, n, "1").Err(); err != nil {
+		return fmt.Errorf("redq: take from %q: %w", q.name, err)
+	}
+	q.takes.registered = true
+	return nil
+}
+
+func (q *redisQueue) takeStopped() bool {
+	q.mu.Lock()
+	stopped := q.state == stateStopped
+	q.mu.Unlock()
+	return stopped || q.conn.isStopped()
+}
