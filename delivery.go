@@ -100,10 +100,10 @@ func (d *redisDelivery) ref() string {
 }
 
 // leaseOver reports whether the delivery's lease has run out by this
-// process's clock.
-func (d *redisDelivery) leaseOver(now time.Time) bool {
+// process's clock (never, without a lease; the clock is read only then).
+func (d *redisDelivery) leaseOver() bool {
 	end := d.leaseEnd.Load()
-	return end != 0 && now.UnixNano() >= end
+	return end != 0 && time.Now().UnixNano() >= end
 }
 
 // The forms without a context retry Redis errors for as long as the

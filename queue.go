@@ -508,7 +508,7 @@ func (q *redisQueue) next() (*redisDelivery, bool) {
 			return nil, false
 		case d := <-q.buf:
 			q.signalRoom()
-			if d.leaseOver(time.Now()) {
+			if d.leaseOver() {
 				continue // see skipLeaseOver
 			}
 			return d, true
@@ -551,7 +551,7 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 			select {
 			case d := <-q.buf:
 				q.signalRoom()
-				if !d.leaseOver(time.Now()) {
+				if !d.leaseOver() {
 					batch = append(batch, d)
 				}
 			case <-timer.C:
