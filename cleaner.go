@@ -40,8 +40,10 @@ func (cl *Cleaner) Clean() (int64, error) {
 //     the head of ready in bounded chunks, and the step that empties its
 //     storage unregisters it from the queue.
 //  5. For each queue, deliveries whose lease (TTR) ran out go back to
-//     ready, and due delayed deliveries become ready (so that a queue
-//     nobody consumes shows them as ready), in bounded chunks.
+//     ready, due delayed deliveries become ready, and deliveries whose time
+//     to live ran out are dropped from the front of each ready line (so
+//     that a queue nobody consumes shows them as ready or expired), in
+//     bounded chunks.
 //
 // The count it returns is of deliveries returned to ready from dead
 // connections and lost leases.
@@ -112,9 +114,9 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// maintain returns q's deliveries whose lease ran out and promotes its due
-// delayed deliveries, in chunks of fetchChunk, and reports how many leases
-// it returned.
+// maintain returns q's deliveries whose lease ran out, promotes its due
+// delayed deliveries and drops expired ones from the front of its ready
+// lines, in chunks of fetchChunk, and reports how many leases it returned.
 func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 	var returned int64
 	for {
@@ -122,11 +124,11 @@ func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 		if err != nil {
 			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
-		if len(ns) != 2 {
+		if len(ns) != 3 {
 			return returned, fmt.Errorf("leases and due deliveries of %q: unexpected reply %v", q.name, ns)
 		}
 		returned += ns[0]
-		if ns[0] < fetchChunk && ns[1] < fetchChunk {
+		if ns[0] < fetchChunk && ns[1] < fetchChunk && ns[2] < fetchChunk {
 			return returned, nil
 		}
 	}

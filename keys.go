@@ -30,8 +30,9 @@ import "fmt"
 //	ns:{name}:replies:<connection> hash: the last reply of fetch calls (per queue
 //	                               handle or Take slot) and settle calls (per
 //	                               flush slot)
-//	ns:{name}:lost:<connection>    hash delivery id -> 1 for each delivery whose
-//	                               lease ran out while the connection held it
+//	ns:{name}:lost:<connection>    sorted set of id@attempt, by Redis time, of the
+//	                               deliveries whose lease ran out while the
+//	                               connection held them (kept a day)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another

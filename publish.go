@@ -88,9 +88,11 @@ func Priority(p int) PublishOption {
 // becoming ready (by Redis's clock), it is never delivered. It is counted as
 // expired in the stats, and kept in rejected when the queue is opened with
 // WithKeepExpired. A delivery that goes back to ready (Release, a lost
-// lease, a dead connection) gets d again. 0 means no limit (the default);
-// otherwise d must be at least 1ms. Expired deliveries are found when a
-// consumer or the cleaner reaches them.
+// lease, a dead connection, a stopping consumer handing back its buffer, a
+// Push to another queue) gets d again. 0 means no limit (the default);
+// otherwise d must be at least 1ms. Expired deliveries are dropped when a
+// consumer reaches them, or by the cleaner while they are at the front of
+// their line; until then the stats count them as ready.
 func TTL(d time.Duration) PublishOption {
 	return func(o *publishOptions) error {
 		if d < 0 || (d > 0 && d < time.Millisecond) {

@@ -402,7 +402,7 @@ func (q *redisQueue) fetchLoop() {
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
 		got, hint, err := q.fetch(ctx, want)
 		if err == nil && int64(got) < want && hint != 0 {
-			err = w.wait(ctx, waitFor(q.pollDuration, hint))
+			err = w.wait(ctx, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
 		}
 		if err != nil {
 			if isLost(err) {

@@ -66,7 +66,12 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 	}
 	slot := q.takes.get(q.handle)
 	defer q.takes.put(slot)
-	w := newWaiter(q.conn.client, q.keys.ready, false)
+	var w *waiter // made when the call first has to wait
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+	}()
 	deadline := time.Now().Add(timeout)
 	for {
 		var out Deliveries
@@ -108,7 +113,10 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 			return nil, ErrorConsumingStopped
 		}
 		if hint != 0 {
-			if err := w.wait(ctx, min(waitFor(left, hint), takeWaitCap)); err != nil {
+			if w == nil {
+				w = newWaiter(q.conn.client, q.keys.ready, true)
+			}
+			if err := w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true); err != nil {
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
 		}

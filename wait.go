@@ -50,25 +50,27 @@ func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter
 }
 
 // wait returns when ready holds something or after d; nil either way.
-func (w *waiter) wait(ctx context.Context, d time.Duration) error {
+//
+// Redis checks the timeouts of blocked clients only when its event loop
+// wakes (every 100ms at the default hz 10), so a BLMOVE on an idle server
+// returns up to that much late. When the end of the wait matters (it is the
+// due time of a delivery or the end of a lease: on time), the waiter ends
+// it itself with CLIENT UNBLOCK at d, where it can (a dedicated connection).
+func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
+	if err := w.identify(ctx); err != nil {
+		return err
+	}
 	var c blockingCmdable = w.client
 	if w.dedicated != nil {
-		if w.id.Load() == 0 {
-			id, err := w.dedicated.ClientID(ctx).Result()
-			var redisErr redis.Error
-			switch {
-			case errors.As(err, &redisErr):
-				// The server has no CLIENT ID: wait on the pool, briefly.
-				_ = w.dedicated.Close()
-				w.dedicated = nil
-				w.short = true
-				return w.wait(ctx, d)
-			case err != nil:
-				return err
-			}
-			w.id.Store(id)
-		}
 		c = w.dedicated
+		if onTime {
+			t := time.AfterFunc(d, func() {
+				ictx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				w.interrupt(ictx)
+			})
+			defer t.Stop()
+		}
 	}
 	if w.short {
 		d = min(d, shortWait)
@@ -89,6 +91,28 @@ func (w *waiter) wait(ctx context.Context, d time.Duration) error {
 		w.id.Store(0) // the connection may be dialled anew, with a new id
 	}
 	return err
+}
+
+// identify learns the dedicated connection's CLIENT ID, once per
+// connection, or falls back to the pool when the server has no CLIENT ID.
+func (w *waiter) identify(ctx context.Context) error {
+	if w.dedicated == nil || w.id.Load() != 0 {
+		return nil
+	}
+	id, err := w.dedicated.ClientID(ctx).Result()
+	var redisErr redis.Error
+	switch {
+	case errors.As(err, &redisErr):
+		// The server has no CLIENT ID: wait on the pool, briefly.
+		_ = w.dedicated.Close()
+		w.dedicated = nil
+		w.short = true
+		return nil
+	case err != nil:
+		return err
+	}
+	w.id.Store(id)
+	return nil
 }
 
 // interrupt ends a wait in progress, where the server allows it.

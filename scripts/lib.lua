@@ -176,26 +176,26 @@ local function promote(P, now, max)
 end
 
 -- A delivery that went back to ready while its connection still held it
--- (its lease ran out) leaves a note in the connection's lost hash, so that
--- its late Ack learns why it is gone. The hash expires a day after the last
--- note; a cleaner deletes it with the connection's other storage.
-local function note_lost(P, conn, id)
-  local k = P .. ':lost:' .. conn
-  redis.call('HSET', k, id, '1')
-  redis.call('PEXPIRE', k, 86400000)
-end
+-- (its lease ran out) leaves a note in the connection's lost set, named by
+-- the delivery's ref (see held), so that the holder's late verb learns why
+-- it is gone. Notes are scored by Redis time and dropped after a day (the
+-- holder of a lost lease may never come back: it hung, or the delivery ran
+-- out in its prefetch buffer); a cleaner deletes the set with the
+-- connection's other storage.
+local LOST_KEEP = 86400000
 
--- Returns 2 (lease lost) when there was a note for id, else 0 (not there).
-local function lost(P, conn, id)
-  if redis.call('HDEL', P .. ':lost:' .. conn, id) == 1 then
+-- Returns 2 (lease lost) when there is a note for ref, else 0 (not there).
+-- Notes stay until they age out, so every stale verb learns it.
+local function lost(P, conn, ref)
+  if #ref > IDLEN and redis.call('ZSCORE', P .. ':lost:' .. conn, ref) then
     return 2
   end
   return 0
 end
 
 -- A verb names a delivery by its id, or, for a delivery with a lease, by
--- id@attempts: the attempt it was taken at. The same connection may have
--- taken the delivery again after the lease ran out; the stale holder's
+-- its ref id@attempts: the attempt it was taken at. The same connection may
+-- have taken the delivery again after the lease ran out; the stale holder's
 -- verb must not act on the new take. Returns the id, the envelope if this
 -- connection holds that attempt, and the code when it does not.
 local function held(P, uk, conn, ref)
@@ -204,17 +204,17 @@ local function held(P, uk, conn, ref)
     id, want = string.sub(ref, 1, IDLEN), tonumber(string.sub(ref, IDLEN + 2))
   end
   local e = redis.call('HGET', uk, id)
-  if not e then
-    return id, nil, lost(P, conn, id)
-  end
-  if want and meta_of(e)[1] ~= want then
+  if e and want and meta_of(e)[1] ~= want then
     return id, nil, 2
+  end
+  if not e then
+    return id, nil, lost(P, conn, ref)
   end
   return id, e, 1
 end
 
 -- Return deliveries whose lease ran out (at most max) to the front of
--- ready, with their attempt counted.
+-- ready, with their attempt counted, in a few calls per connection.
 local function expire_leases(P, now, max)
   local lk = P .. ':leases'
   local gone = redis.call('ZRANGEBYSCORE', lk, '-inf', now, 'LIMIT', 0, max)
@@ -222,21 +222,80 @@ local function expire_leases(P, now, max)
     return 0
   end
   redis.call('ZREMRANGEBYRANK', lk, 0, #gone - 1)
-  local groups = {}
+  local byConn, conns = {}, {}
   for _, member in ipairs(gone) do
-    local id, conn = string.sub(member, 1, IDLEN), string.sub(member, IDLEN + 1)
+    local conn = string.sub(member, IDLEN + 1)
+    if not byConn[conn] then
+      byConn[conn] = {}
+      conns[#conns + 1] = conn
+    end
+    local ids = byConn[conn]
+    ids[#ids + 1] = string.sub(member, 1, IDLEN)
+  end
+  local groups = {}
+  for _, conn in ipairs(conns) do
+    local ids = byConn[conn]
     local uk = P .. ':unacked:' .. conn
-    local e = redis.call('HGET', uk, id)
-    if e then
-      redis.call('HDEL', uk, id)
-      note_lost(P, conn, id)
-      local p
-      e, p = again(e, now)
-      add_level(groups, p, e)
+    local es = redis.call('HMGET', uk, unpack(ids))
+    local found, notes = {}, {}
+    for i, e in ipairs(es) do
+      if e then
+        found[#found + 1] = ids[i]
+        notes[#notes + 1] = now
+        notes[#notes + 1] = ids[i] .. '@' .. meta_of(e)[1]
+        local p
+        e, p = again(e, now)
+        add_level(groups, p, e)
+      end
+    end
+    if #found > 0 then
+      local nk = P .. ':lost:' .. conn
+      redis.call('HDEL', uk, unpack(found))
+      redis.call('ZADD', nk, unpack(notes))
+      redis.call('ZREMRANGEBYSCORE', nk, '-inf', now - LOST_KEEP)
+      redis.call('PEXPIRE', nk, LOST_KEEP)
     end
   end
   push_groups(P, groups, true)
   return #gone
+end
+
+-- Restart the time to live of e, which goes back to ready without having
+-- been handled (handed back by a stopping consumer, or pushed on).
+local function fresh_ttl(e, now)
+  local m, stop = meta(e)
+  if m and m[4] > 0 then
+    m[5] = now + m[4]
+    return with_meta(e, m, stop)
+  end
+  return e
+end
+
+-- Drop deliveries whose time to live ran out from the front of each ready
+-- line (at most max in all): a queue nobody consumes counts them as expired
+-- too. Deliveries behind one that has not expired wait for a consumer.
+local function drop_expired(P, now, max)
+  local dropped = 0
+  local lists = {P .. ':ready'}
+  for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
+    lists[#lists + 1] = P .. ':ready:' .. p
+  end
+  for _, key in ipairs(lists) do
+    while dropped < max do
+      local e = redis.call('LINDEX', key, -1)
+      if not e then
+        break
+      end
+      local m = e ~= MARKER and meta(e)
+      if not (m and m[5] > 0 and m[5] <= now) then
+        break
+      end
+      redis.call('RPOP', key)
+      expire(P, e)
+      dropped = dropped + 1
+    end
+  end
+  return dropped
 end
 
 -- How long until the next delivery is due or the next lease runs out, in

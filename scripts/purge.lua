@@ -1,6 +1,6 @@
 -- Delete a queue's ready deliveries (every priority) when ARGV[2] has 'r',
 -- its rejected ones when it has 'j', and its delayed ones and counters when
--- it has 'd'. Returns {ready, rejected, delayed} as counted before.
+-- it has 'd' (settings such as keep_expired stay). Returns {ready, rejected, delayed} as counted before.
 -- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] what
 local P, what = ARGV[1], ARGV[2]
 local out = {0, 0, 0}
@@ -23,6 +23,7 @@ if string.find(what, 'j', 1, true) then
 end
 if string.find(what, 'd', 1, true) then
   out[3] = redis.call('ZCARD', P .. ':delayed')
-  redis.call('DEL', P .. ':delayed', P .. ':meta', P .. ':seq')
+  redis.call('DEL', P .. ':delayed', P .. ':seq')
+  redis.call('HDEL', P .. ':meta', 'expired')
 end
 return out

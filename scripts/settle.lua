@@ -42,23 +42,29 @@ local lk = P .. ':leases'
 local leases = redis.call('EXISTS', lk) == 1
 local flags = {}
 local groups = {}
+local now = nil
 for i = 6, #ARGV do
   local id, done = ARGV[i], 0
   if mode == 'A' and #id == IDLEN then
     done = redis.call('HDEL', uk, id)
-    if done == 0 then
-      done = lost(P, conn, id)
-    end
   else
     local e
     id, e, done = held(P, uk, conn, id)
     if e then
       redis.call('HDEL', uk, id)
-      if mode == 'R' then
-        local m = meta(e)
-        add_level(groups, m and m[2] or 0, e)
-      elseif mode == 'L' then
-        redis.call('LPUSH', KEYS[2], e)
+      if mode ~= 'A' then
+        -- handed back or pushed on: it waits in a ready list again, so its
+        -- time to live starts again (rejected ones get it back when kicked)
+        if string.byte(e, 1) == 3 then
+          now = now or now_ms()
+          e = fresh_ttl(e, now)
+        end
+        if mode == 'R' then
+          local m = meta(e)
+          add_level(groups, m and m[2] or 0, e)
+        else
+          redis.call('LPUSH', KEYS[2], e)
+        end
       end
     end
   end
