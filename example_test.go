@@ -1,6 +1,8 @@
 package redq_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -95,6 +97,104 @@ func ExampleCleaner() {
 	returned, err := cleaner.Clean()
 	fmt.Println(returned, err)
 	// Output: 0 <nil>
+}
+
+// Put with Delay holds a delivery back until it is due by Redis's clock;
+// Take waits for it.
+func ExampleDelay() {
+	conn, _ := redq.OpenConnectionWithTestRedisClient("example", nil)
+	defer func() { <-conn.StopAllConsuming() }()
+	ctx := context.Background()
+	reminders, _ := conn.OpenQueue("reminders")
+	_ = reminders.Put(ctx, []byte("send reminder"), redq.Delay(500*time.Millisecond))
+
+	_, err := reminders.Take(ctx, 0) // do not wait: it is not due yet
+	fmt.Println(errors.Is(err, redq.ErrorTimeout))
+	stats, _ := conn.CollectStats([]string{"reminders"})
+	fmt.Println("delayed:", stats.QueueStats["reminders"].DelayedCount)
+
+	d, err := reminders.Take(ctx, 5*time.Second) // returns when it is due
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(d.Payload(), "attempt", d.Attempts())
+	_ = d.Ack()
+	// Output:
+	// true
+	// delayed: 1
+	// send reminder attempt 1
+}
+
+// Higher priorities are taken first, and within a priority the oldest
+// first. Take needs no StartConsuming.
+func ExamplePriority() {
+	conn, _ := redq.OpenConnectionWithTestRedisClient("example", nil)
+	defer func() { <-conn.StopAllConsuming() }()
+	ctx := context.Background()
+	jobs, _ := conn.OpenQueue("jobs")
+	_ = jobs.Put(ctx, []byte("weekly report")) // priority 0, the default
+	_ = jobs.Put(ctx, []byte("password reset"), redq.Priority(redq.MaxPriority))
+	_ = jobs.Put(ctx, []byte("invoice"), redq.Priority(5))
+	_ = jobs.Put(ctx, []byte("newsletter"))
+
+	for {
+		d, err := jobs.Take(ctx, 0)
+		if errors.Is(err, redq.ErrorTimeout) {
+			break // nothing left
+		}
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Payload())
+		_ = d.Ack()
+	}
+	// Output:
+	// password reset
+	// invoice
+	// weekly report
+	// newsletter
+}
+
+// A handler returns an error to have the delivery retried with the queue's
+// retry policy; after the last attempt the delivery is rejected, with the
+// error and the attempts in its headers.
+func ExampleQueue_AddHandler() {
+	conn, _ := redq.OpenConnectionWithTestRedisClient("example", nil)
+	defer func() { <-conn.StopAllConsuming() }()
+	ctx := context.Background()
+	policy := redq.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: time.Second}
+	mails, _ := conn.OpenQueue("mails", redq.WithRetryPolicy(policy))
+	_ = mails.Put(ctx, []byte("welcome mail"))
+
+	_ = mails.StartConsuming(1, time.Second)
+	attempts := make(chan int)
+	_, _ = mails.AddHandler("sender", func(ctx context.Context, d redq.Delivery) error {
+		attempts <- d.Attempts()
+		return errors.New("mail server down") // nil would ack
+	})
+	for range policy.MaxAttempts {
+		fmt.Println("attempt", <-attempts, "failed")
+	}
+	for { // until the last failure is settled
+		stats, _ := conn.CollectStats([]string{"mails"})
+		if stats.QueueStats["mails"].RejectedCount == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	<-mails.StopConsuming()
+
+	// An operator returns it and reads why it failed.
+	_, _ = mails.ReturnRejected(1)
+	inspect, _ := conn.OpenQueue("mails")
+	d, _ := inspect.Take(ctx, time.Second)
+	fmt.Println(d.Payload()+":", d.Header().Get(redq.HeaderError), "after", d.Header().Get(redq.HeaderAttempts), "attempts")
+	_ = d.Ack()
+	// Output:
+	// attempt 1 failed
+	// attempt 2 failed
+	// attempt 3 failed
+	// welcome mail: mail server down after 3 attempts
 }
 
 // Unit-test a consumer without Redis.

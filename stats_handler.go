@@ -19,10 +19,18 @@ const (
 )
 
 // NewHandler returns an HTTP handler that shows the stats of every open
-// queue of connection's namespace: per queue its ready, rejected and unacked
-// deliveries, its consumers and connections, and below each queue the
-// connections registered for it (dead ones marked), followed by the
-// connections that consume none of the queues.
+// queue of connection's namespace: per queue its ready, rejected, delayed,
+// expired and unacked deliveries, its consumers and connections, and below
+// each queue the connections registered for it (dead ones marked), followed
+// by the connections that consume none of the queues. The JSON form is
+// Stats as encoded by encoding/json, so it carries "delayed" and "expired"
+// per queue too.
+//
+// Ready counts every priority; delayed counts deliveries waiting for their
+// due time (Delay, At, Release with a delay); expired counts deliveries
+// dropped because their time to live ran out, since the queue was created
+// or destroyed (they are in rejected as well when the queue keeps them, see
+// WithKeepExpired).
 //
 // Query options, as in rmq:
 //
@@ -134,10 +142,11 @@ type statsPage struct {
 }
 
 type statsQueueRow struct {
-	Name                                             string
-	Ready, Rejected, Unacked, Consumers, Connections int64
-	DeadConnections                                  int
-	Conns                                            []statsConnRow
+	Name                              string
+	Ready, Rejected, Delayed, Expired int64
+	Unacked, Consumers, Connections   int64
+	DeadConnections                   int
+	Conns                             []statsConnRow
 }
 
 type statsConnRow struct {
@@ -168,6 +177,8 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 			Name:        name,
 			Ready:       qs.ReadyCount,
 			Rejected:    qs.RejectedCount,
+			Delayed:     qs.DelayedCount,
+			Expired:     qs.ExpiredCount,
 			Unacked:     qs.UnackedCount(),
 			Consumers:   qs.ConsumerCount(),
 			Connections: qs.ConnectionCount(),
@@ -221,12 +232,12 @@ h1 { font-size: 1.5rem; margin: 0 0 .25rem; }
 h2 { font-size: 1.1rem; margin: 2rem 0 .5rem; }
 p.meta { color: #656d76; margin: 0 0 1.25rem; }
 p.meta a { color: #0969da; }
-table { border-collapse: collapse; min-width: 44rem; }
+table { border-collapse: collapse; min-width: 56rem; }
 th, td { padding: .3rem .8rem; text-align: right; border-bottom: 1px solid #d0d7de; font-variant-numeric: tabular-nums; }
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #f6f8fa; font-weight: 600; }
 tr.queue th { font-weight: 600; }
-tr.queue td.nonzero-rejected { color: #9a6700; font-weight: 600; }
+tr.queue td.nonzero-rejected, tr.queue td.nonzero-expired { color: #9a6700; font-weight: 600; }
 tr.connection { color: #57606a; }
 tr.connection td.name { padding-left: 2rem; font-family: ui-monospace, monospace; font-size: .9em; }
 tr.dead { background: #ffebe9; }
@@ -244,7 +255,7 @@ tr.dead { background: #ffebe9; }
 &middot; <a href="{{.JSONURL}}">JSON</a></p>
 <table id="queues">
 <thead>
-<tr><th scope="col">queue{{if not .Condensed}} / connection{{end}}</th><th scope="col">ready</th><th scope="col">rejected</th><th scope="col">unacked</th><th scope="col">consumers</th><th scope="col">connections</th></tr>
+<tr><th scope="col">queue{{if not .Condensed}} / connection{{end}}</th><th scope="col">ready</th><th scope="col">rejected</th><th scope="col" title="waiting for their due time">delayed</th><th scope="col" title="dropped because their time to live ran out">expired</th><th scope="col">unacked</th><th scope="col">consumers</th><th scope="col">connections</th></tr>
 </thead>
 {{- range .Queues}}
 <tbody>
@@ -252,6 +263,8 @@ tr.dead { background: #ffebe9; }
 <th scope="row">{{.Name}}</th>
 <td data-field="ready">{{.Ready}}</td>
 <td data-field="rejected"{{if .Rejected}} class="nonzero-rejected"{{end}}>{{.Rejected}}</td>
+<td data-field="delayed">{{.Delayed}}</td>
+<td data-field="expired"{{if .Expired}} class="nonzero-expired"{{end}}>{{.Expired}}</td>
 <td data-field="unacked">{{.Unacked}}</td>
 <td data-field="consumers">{{.Consumers}}</td>
 <td data-field="connections">{{.Connections}}{{if .DeadConnections}} <span class="status dead" title="dead connections still holding unacked deliveries until a cleaner runs">{{.DeadConnections}} dead</span>{{end}}</td>
@@ -263,6 +276,8 @@ tr.dead { background: #ffebe9; }
 <td class="name">{{.Name}}</td>
 <td></td>
 <td></td>
+<td></td>
+<td></td>
 <td data-field="unacked">{{.Unacked}}</td>
 <td data-field="consumers">{{.Consumers}}</td>
 <td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
@@ -271,7 +286,7 @@ tr.dead { background: #ffebe9; }
 {{- end}}
 </tbody>
 {{- else}}
-<tbody><tr><td class="empty" colspan="6">No queues have been opened in this namespace yet.</td></tr></tbody>
+<tbody><tr><td class="empty" colspan="8">No queues have been opened in this namespace yet.</td></tr></tbody>
 {{- end}}
 </table>
 {{- if .Condensed}}

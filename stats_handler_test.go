@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -103,7 +104,8 @@ func handlerGet(t *testing.T, h http.Handler, target string) (*http.Response, st
 
 // handlerFixture is a namespace with two queues in known states:
 //
-//	jobs:  ready 4, rejected 3, unacked 5, held by a dead connection
+//	jobs:  ready 4, rejected 3, delayed 6, expired 7, unacked 5, held by
+//	       a dead connection
 //	other: ready 0, unacked 3, held by the live handler connection with
 //	       2 consumers
 //
@@ -142,6 +144,7 @@ func newHandlerFixture(t *testing.T, b backend) handlerFixture {
 	if err := jobsP.Publish("k0", "k1", "k2", "k3"); err != nil {
 		t.Fatal(err)
 	}
+	scheduleAndExpire(t, b, jobsP, 6, 7)
 
 	// The server consumes "other" with two consumers that hold 3.
 	other := openQueue(t, server, "other")
@@ -167,6 +170,50 @@ func newHandlerFixture(t *testing.T, b backend) handlerFixture {
 	return handlerFixture{handler: NewHandler(server), dead: worker.Name(), consumer: server.Name(), producer: producer.Name()}
 }
 
+// scheduleAndExpire leaves q with delayed deliveries due in an hour and
+// expired ones: published with a delay and a time to live of 1ms each, and
+// found out of date by the cleaner's round on q (not a whole Clean, which
+// would also return what dead connections hold). The round must come after
+// both ran out by Redis's clock (a delivery promoted while its time to
+// live still runs waits in ready until a fetch drops it): on miniredis the
+// clock jumps a minute ahead; on real Redis the test waits until TIME has
+// passed them.
+func scheduleAndExpire(t *testing.T, b backend, q *redisQueue, delayed, expired int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range delayed {
+		if err := q.Put(ctx, []byte(fmt.Sprint("later ", i)), Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range expired {
+		if err := q.Put(ctx, []byte(fmt.Sprint("stale ", i)), Delay(time.Millisecond), TTL(time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.mini != nil {
+		b.mini.SetTime(time.Now().Add(time.Minute))
+	} else {
+		published, err := b.client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "Redis's clock to pass the stale deliveries' expiry", func() bool {
+			now, err := b.client.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return now.Sub(published) > 10*time.Millisecond
+		})
+	}
+	if _, err := q.maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustStats(t, q.conn, q.name).QueueStats[q.name]; s.DelayedCount != int64(delayed) || s.ExpiredCount != int64(expired) {
+		t.Fatalf("%s: delayed/expired = %d/%d after the cleaner's round, want %d/%d", q.name, s.DelayedCount, s.ExpiredCount, delayed, expired)
+	}
+}
+
 func TestHandlerOnRedis(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		f := newHandlerFixture(t, b)
@@ -189,8 +236,15 @@ func TestHandlerOnRedis(t *testing.T) {
 			if len(queues) != 2 || queues[0].attrs["data-queue"] != "jobs" || queues[1].attrs["data-queue"] != "other" {
 				t.Fatalf("queue rows = %v, want jobs and other in that order", queues)
 			}
-			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "unacked": "5", "consumers": "0", "connections": "1"})
-			queues[1].wantNumbers(t, "other", map[string]string{"ready": "0", "rejected": "0", "unacked": "3", "consumers": "2", "connections": "1"})
+			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "delayed": "6", "expired": "7", "unacked": "5", "consumers": "0", "connections": "1"})
+			queues[1].wantNumbers(t, "other", map[string]string{"ready": "0", "rejected": "0", "delayed": "0", "expired": "0", "unacked": "3", "consumers": "2", "connections": "1"})
+			if !strings.Contains(body, `<td data-field="expired" class="nonzero-expired">7</td>`) {
+				t.Error("jobs' expired cell is not highlighted")
+			}
+			if strings.Count(body, "nonzero-expired") != 2 { // the style rule and jobs
+				t.Errorf("nonzero-expired appears %d times, want in the style and for jobs only", strings.Count(body, "nonzero-expired"))
+			}
+			wantAlignedColumns(t, body)
 			if c := queues[0].cells["connections"]; !strings.Contains(c, "1 dead") {
 				t.Errorf("jobs connections cell %q does not flag the dead connection", c)
 			}
@@ -235,7 +289,8 @@ func TestHandlerOnRedis(t *testing.T) {
 			if len(queues) != 2 {
 				t.Fatalf("condensed page has %d queue rows, want 2", len(queues))
 			}
-			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "unacked": "5", "connections": "1"})
+			queues[0].wantNumbers(t, "jobs", map[string]string{"ready": "4", "rejected": "3", "delayed": "6", "expired": "7", "unacked": "5", "connections": "1"})
+			wantAlignedColumns(t, body)
 			if len(conns) != 0 || len(others) != 0 {
 				t.Errorf("condensed page shows connection rows: %v, others %v", conns, others)
 			}
@@ -265,8 +320,12 @@ func TestHandlerOnRedis(t *testing.T) {
 			if len(s.QueueStats) != 2 {
 				t.Errorf("queues = %v, want jobs and other", s.Names())
 			}
-			if jobs.ReadyCount != 4 || jobs.RejectedCount != 3 || jobs.UnackedCount() != 5 {
-				t.Errorf("jobs = %d/%d/%d ready/rejected/unacked, want 4/3/5", jobs.ReadyCount, jobs.RejectedCount, jobs.UnackedCount())
+			if jobs.ReadyCount != 4 || jobs.RejectedCount != 3 || jobs.DelayedCount != 6 || jobs.ExpiredCount != 7 || jobs.UnackedCount() != 5 {
+				t.Errorf("jobs = %d/%d/%d/%d/%d ready/rejected/delayed/expired/unacked, want 4/3/6/7/5",
+					jobs.ReadyCount, jobs.RejectedCount, jobs.DelayedCount, jobs.ExpiredCount, jobs.UnackedCount())
+			}
+			if other.DelayedCount != 0 || other.ExpiredCount != 0 {
+				t.Errorf("other = %d/%d delayed/expired, want 0/0", other.DelayedCount, other.ExpiredCount)
 			}
 			if cs, ok := jobs.Connections[f.dead]; !ok || cs.Active || cs.UnackedCount != 5 {
 				t.Errorf("jobs connection %s = %+v (present %v), want dead with 5 unacked", f.dead, cs, ok)
@@ -284,8 +343,10 @@ func TestHandlerOnRedis(t *testing.T) {
 			if err := json.Unmarshal([]byte(body), &raw); err != nil {
 				t.Fatal(err)
 			}
-			if u := raw.Queues["jobs"]["unacked"]; u != float64(5) {
-				t.Errorf(`JSON queues.jobs.unacked = %v, want 5`, u)
+			for key, want := range map[string]float64{"ready": 4, "rejected": 3, "delayed": 6, "expired": 7, "unacked": 5} {
+				if got := raw.Queues["jobs"][key]; got != want {
+					t.Errorf(`JSON queues.jobs.%s = %v, want %v`, key, got, want)
+				}
 			}
 		})
 
@@ -303,6 +364,27 @@ func TestHandlerOnRedis(t *testing.T) {
 			}
 		})
 	})
+}
+
+// wantAlignedColumns checks that every row of the queues table has as many
+// cells as the header has columns, so that numbers sit under their names.
+func wantAlignedColumns(t *testing.T, body string) {
+	t.Helper()
+	start, end := strings.Index(body, `<table id="queues">`), strings.Index(body, "</table>")
+	if start < 0 || end < start {
+		t.Fatal("no queues table")
+	}
+	cellRe := regexp.MustCompile(`<t[hd][ >]`)
+	rows := pageRowRe.FindAllStringSubmatch(body[start:end], -1)
+	if len(rows) < 2 {
+		t.Fatalf("queues table has %d rows", len(rows))
+	}
+	columns := len(cellRe.FindAllString(rows[0][2], -1))
+	for _, r := range rows[1:] {
+		if n := len(cellRe.FindAllString(r[2], -1)); n != columns && !strings.Contains(r[2], "colspan") {
+			t.Errorf("row%s has %d cells, the header %d columns", r[1], n, columns)
+		}
+	}
 }
 
 // handlerStubConn is a Connection that answers stats with whatever the test
@@ -451,6 +533,10 @@ func TestHandlerNoQueues(t *testing.T) {
 	res, body := handlerGet(t, NewHandler(stub), "/")
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, "No queues") {
 		t.Errorf("status %d, body without the empty note:\n%s", res.StatusCode, body)
+	}
+	// The note spans the whole table.
+	if columns := strings.Count(body, `<th scope="col"`) - 2; !strings.Contains(body, fmt.Sprintf(`colspan="%d">No queues`, columns)) { // minus the other-connections table's two
+		t.Errorf("the empty note does not span the %d columns:\n%s", columns, body)
 	}
 }
 

@@ -214,7 +214,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		case err != nil && runCtx.Err() == nil:
 			out.logf("clean: %v", err)
 		case k > 0:
-			out.logf("cleaner returned %d deliveries of dead connections to ready", k)
+			out.logf("cleaner returned %d deliveries of dead connections and lost leases to ready", k)
 		}
 	})
 	lastAcked, lastAt := int64(0), started

@@ -49,7 +49,7 @@ var commands = []command{
 	{"demo", "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", demoCommand},
 	{"serve", "serve the stats page (the dashboard) of a namespace", serveCommand},
 	{"stats", "print the counts of every open queue", statsCommand},
-	{"clean", "return the unacked deliveries of dead connections to ready, once or periodically", cleanCommand},
+	{"clean", "return the deliveries of dead connections and lost leases to ready, once or periodically", cleanCommand},
 	{"return-rejected", "move rejected deliveries of a queue back to ready", returnRejectedCommand},
 	{"purge-rejected", "delete the rejected deliveries of a queue", purgeRejectedCommand},
 }

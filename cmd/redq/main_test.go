@@ -167,6 +167,14 @@ func wantQueue(t *testing.T, s redq.Stats, queue string, ready, rejected, unacke
 	}
 }
 
+func wantScheduled(t *testing.T, s redq.Stats, queue string, delayed, expired int64) {
+	t.Helper()
+	qs := s.QueueStats[queue]
+	if qs.DelayedCount != delayed || qs.ExpiredCount != expired {
+		t.Fatalf("%s: delayed/expired = %d/%d, want %d/%d", queue, qs.DelayedCount, qs.ExpiredCount, delayed, expired)
+	}
+}
+
 // deadHolder leaves behind a dead connection holding n unacked deliveries
 // of queue, as a crashed worker would, and returns its name.
 func deadHolder(t *testing.T, tg target, queue string, n int) string {
@@ -372,9 +380,26 @@ func TestStatsAndClean(t *testing.T) {
 		if err := q.Publish("a", "b"); err != nil {
 			t.Fatal(err)
 		}
+		// One delivery due in an hour, and two whose time to live will
+		// have run out when they come due: delayed until clean reaches
+		// them, then expired.
+		ctx := context.Background()
+		if err := q.Put(ctx, []byte("later"), redq.Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := q.Put(ctx, []byte("stale"), redq.Delay(time.Millisecond), redq.TTL(time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		published, err := tg.client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		s := tg.stats(t)
 		wantQueue(t, s, "jobs", 2, 0, 3)
+		wantScheduled(t, s, "jobs", 3, 0)
 		if cs, ok := s.QueueStats["jobs"].Connections[dead]; !ok || cs.Active {
 			t.Errorf("jobs connections %v: want %s dead", s.QueueStats["jobs"].Connections, dead)
 		}
@@ -384,18 +409,42 @@ func TestStatsAndClean(t *testing.T) {
 		}
 
 		text := mustRedq(t, tg.args("stats")...)
-		if !regexp.MustCompile(`(?m)^jobs\s+2\s+0\s+3\s+0\s+1\s*$`).MatchString(text) {
-			t.Errorf("stats text has no line 'jobs 2 0 3 0 1':\n%s", text)
+		// ready, rejected, delayed, expired, unacked, consumers, connections
+		if !regexp.MustCompile(`(?m)^jobs\s+2\s+0\s+3\s+0\s+3\s+0\s+1\s*$`).MatchString(text) {
+			t.Errorf("stats text has no line 'jobs 2 0 3 0 3 0 1':\n%s", text)
 		}
 		if !strings.Contains(text, dead) || !strings.Contains(text, "dead") {
 			t.Errorf("stats text does not show %s dead:\n%s", dead, text)
 		}
 
+		// Wait until the stale deliveries' time to live has run out by
+		// Redis's clock, the one that decides.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			now, err := tg.client.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.Sub(published) > 10*time.Millisecond {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("Redis's clock does not move")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		// clean returns the dead connection's deliveries (and counts them)
+		// and finds the stale ones expired on its round over the queue.
 		if out := mustRedq(t, tg.args("clean")...); !strings.Contains(out, "returned 3 deliveries") {
 			t.Errorf("clean: %q, want 3 returned", out)
 		}
 		s = tg.stats(t)
 		wantQueue(t, s, "jobs", 5, 0, 0)
+		wantScheduled(t, s, "jobs", 1, 2)
+		text = mustRedq(t, tg.args("stats")...)
+		if !regexp.MustCompile(`(?m)^jobs\s+5\s+0\s+1\s+2\s+0\s+0\s+0\s*$`).MatchString(text) {
+			t.Errorf("stats text after clean has no line 'jobs 5 0 1 2 0 0 0':\n%s", text)
+		}
 		if _, ok := s.QueueStats["jobs"].Connections[dead]; ok {
 			t.Errorf("the dead connection is still registered for jobs after clean")
 		}
@@ -425,7 +474,7 @@ func TestCleanInterval(t *testing.T) {
 		if code := r.wait(t); code != 0 {
 			t.Fatalf("exit %d; stderr:\n%s", code, r.stderr)
 		}
-		if out := r.stdout.String(); !strings.Contains(out, "returned 2 deliveries of dead connections to ready in total") {
+		if out := r.stdout.String(); !strings.Contains(out, "returned 2 deliveries of dead connections and lost leases to ready in total") {
 			t.Errorf("no total in %q", out)
 		}
 		wantQueue(t, tg.stats(t), "jobs", 2, 0, 0)

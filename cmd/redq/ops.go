@@ -106,7 +106,7 @@ func cleanCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) 
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "returned %d deliveries of dead connections to ready\n", n)
+			fmt.Fprintf(stdout, "returned %d deliveries of dead connections and lost leases to ready\n", n)
 			return nil
 		}
 
@@ -124,11 +124,11 @@ func cleanCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) 
 				// gives up on the first error is not much of a cleaner.
 				fmt.Fprintf(stderr, "%s clean failed: %v\n", time.Now().Format(time.TimeOnly), err)
 			case n > 0:
-				fmt.Fprintf(stdout, "%s returned %d deliveries of dead connections to ready\n", time.Now().Format(time.TimeOnly), n)
+				fmt.Fprintf(stdout, "%s returned %d deliveries of dead connections and lost leases to ready\n", time.Now().Format(time.TimeOnly), n)
 			}
 			select {
 			case <-ctx.Done():
-				fmt.Fprintf(stdout, "returned %d deliveries of dead connections to ready in total\n", total)
+				fmt.Fprintf(stdout, "returned %d deliveries of dead connections and lost leases to ready in total\n", total)
 				return nil
 			case <-ticker.C:
 			}
