@@ -64,10 +64,24 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 	if w.dedicated != nil {
 		c = w.dedicated
 		if onTime {
+			// The UNBLOCK can reach Redis before the BLMOVE has blocked
+			// (d may be 1ms), and then does nothing: repeat it until the
+			// wait has returned.
+			done := make(chan struct{})
+			defer close(done)
 			t := time.AfterFunc(d, func() {
 				ictx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
-				w.interrupt(ictx)
+				for {
+					w.interrupt(ictx)
+					select {
+					case <-done:
+						return
+					case <-ictx.Done():
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
 			})
 			defer t.Stop()
 		}
