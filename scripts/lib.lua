@@ -213,6 +213,23 @@ local function held(P, uk, conn, ref)
   return id, e, 1
 end
 
+-- For the verbs on one delivery (release, reject with a reason): remove
+-- the delivery that ref names from conn's storage and end its lease.
+-- Returns its envelope, or nil and the reply {registered, code} to give.
+local function remove_held(P, conn, ref)
+  if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
+    return nil, {0, 0}
+  end
+  local uk = P .. ':unacked:' .. conn
+  local id, e, code = held(P, uk, conn, ref)
+  if not e then
+    return nil, {1, code}
+  end
+  redis.call('HDEL', uk, id)
+  redis.call('ZREM', P .. ':leases', id .. conn)
+  return e
+end
+
 -- Return deliveries whose lease ran out (at most max) to the front of
 -- ready, with their attempt counted, in a few calls per connection.
 local function expire_leases(P, now, max)

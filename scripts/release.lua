@@ -7,17 +7,11 @@
 -- KEYS[1] ready (routes the call)
 -- ARGV[1] queue prefix, ARGV[2] connection, ARGV[3] delivery (see held in lib.lua), ARGV[4]
 -- delay ms
-local P, conn, delay = ARGV[1], ARGV[2], tonumber(ARGV[4])
-if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
-  return {0, 0}
-end
-local uk = P .. ':unacked:' .. conn
-local id, e, code = held(P, uk, conn, ARGV[3])
+local P, delay = ARGV[1], tonumber(ARGV[4])
+local e, reply = remove_held(P, ARGV[2], ARGV[3])
 if not e then
-  return {1, code}
+  return reply
 end
-redis.call('HDEL', uk, id)
-redis.call('ZREM', P .. ':leases', id .. conn)
 local now = now_ms()
 local p
 e, p = again(e, now)
