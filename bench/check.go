@@ -17,10 +17,14 @@ const payloadHeader = 32
 
 // newPayload returns a payload of size bytes (at least payloadHeader) that
 // carries seq and the current time, padded with 'x'.
-func newPayload(seq, size int) []byte {
+func newPayload(seq, size int) []byte { return newPayloadAt(seq, size, time.Now()) }
+
+// newPayloadAt is newPayload carrying time at instead of the current time
+// (a scheduled delivery carries its due time).
+func newPayloadAt(seq, size int, at time.Time) []byte {
 	size = max(size, payloadHeader)
 	b := make([]byte, 0, size)
-	b = fmt.Appendf(b, "%016x%016x", uint64(seq), uint64(time.Now().UnixNano()))
+	b = fmt.Appendf(b, "%016x%016x", uint64(seq), uint64(at.UnixNano()))
 	for len(b) < size {
 		b = append(b, 'x')
 	}
@@ -194,6 +198,50 @@ func pace(ctx context.Context, rate, producers int, d time.Duration, publish fun
 	}
 	wg.Wait()
 	return int(next.Load()), firstErr
+}
+
+// parallel calls f(ctx, i) for i 0..n-1 from workers goroutines, each
+// taking the next i, and returns the first error, which stops the others
+// (a call already running finishes). It returns ctx's error if ctx ended
+// before every call was made.
+func parallel(ctx context.Context, workers, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(ctx, i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if int(next.Load()) < n {
+		return fmt.Errorf("stopped after %d of %d calls: %w", min(int(next.Load()), n), n, context.Cause(ctx))
+	}
+	return nil
 }
 
 // latencyRecorder collects the publish→ack latencies and the last ack time

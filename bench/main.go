@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	systems := selectSystems(allSystems(), cfg.systems)
 	if cfg.list {
 		for _, w := range all {
-			fmt.Fprintf(stdout, "%-24s %s\n", w.name, w.about)
+			fmt.Fprintf(stdout, "%-26s %s\n", w.name, w.about)
 		}
 		return 0
 	}
@@ -169,7 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	fmt.Fprintln(stdout)
 	for _, w := range chosen {
-		fmt.Fprintf(stdout, "%-24s %s\n", w.name, w.about)
+		fmt.Fprintf(stdout, "%-26s %s\n", w.name, w.about)
 	}
 	fmt.Fprintln(stdout)
 	printTable(stdout, rep)

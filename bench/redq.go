@@ -217,17 +217,26 @@ func (r *redqRun) wait(ctx context.Context, tl *tally, limit time.Duration) erro
 // fillRedq publishes payloads from..from+n-1 of size bytes into q, redqChunk
 // per PublishBytes call.
 func fillRedq(ctx context.Context, q redq.Queue, from, n, size int) error {
-	batch := make([][]byte, 0, redqChunk)
-	for seq := from; seq < from+n; seq += redqChunk {
-		batch = batch[:0]
-		for s := seq; s < min(seq+redqChunk, from+n); s++ {
-			batch = append(batch, newPayload(s, size))
+	return fillRedqParallel(ctx, 1, from, n, redqChunk, size, func(int) redq.Queue { return q })
+}
+
+// fillRedqParallel publishes payloads from..from+n-1 of size bytes from
+// workers goroutines, perCall per PublishBytes call, call c (counting from
+// 0) into queueOf(c). The first error stops them all.
+func fillRedqParallel(ctx context.Context, workers, from, n, perCall, size int, queueOf func(c int) redq.Queue) error {
+	perCall = max(perCall, 1)
+	calls := (n + perCall - 1) / perCall
+	return parallel(ctx, workers, calls, func(ctx context.Context, c int) error {
+		lo, hi := from+c*perCall, from+min((c+1)*perCall, n)
+		batch := make([][]byte, 0, hi-lo)
+		for seq := lo; seq < hi; seq++ {
+			batch = append(batch, newPayload(seq, size))
 		}
-		if err := q.PublishBytesContext(ctx, batch...); err != nil {
-			return fmt.Errorf("redq: publish payloads %d..%d: %w", seq, seq+len(batch)-1, err)
+		if err := queueOf(c).PublishBytesContext(ctx, batch...); err != nil {
+			return fmt.Errorf("redq: publish payloads %d..%d: %w", lo, hi-1, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // acker returns a consumer that acks each delivery, then records it in tl
@@ -277,18 +286,32 @@ func (r *redqRun) consume(q redq.Queue, prefetch, consumers int, f redq.Consumer
 	return nil
 }
 
+// redqCounts are the counts a queue is expected to hold at the end of a
+// run; everything not named (rejected, unacked, expired) must be 0.
+type redqCounts struct {
+	ready, delayed int
+}
+
 // expectRedqQueues checks, through conn, that each named queue holds ready
-// deliveries in ready, none rejected and none unacked.
+// deliveries in ready and nothing else: none delayed, rejected, unacked
+// or expired.
 func expectRedqQueues(ctx context.Context, conn redq.Connection, ready int, names ...string) error {
+	return expectRedqCounts(ctx, conn, redqCounts{ready: ready}, names...)
+}
+
+// expectRedqCounts checks, through conn, that each named queue holds want
+// and nothing else.
+func expectRedqCounts(ctx context.Context, conn redq.Connection, want redqCounts, names ...string) error {
 	stats, err := conn.CollectStatsContext(ctx, names)
 	if err != nil {
 		return fmt.Errorf("redq: collect stats: %w", err)
 	}
 	for _, name := range names {
 		qs := stats.QueueStats[name]
-		if qs.ReadyCount != int64(ready) || qs.RejectedCount != 0 || qs.UnackedCount() != 0 {
-			return fmt.Errorf("redq: queue %s holds %d ready, %d rejected, %d unacked; want %d ready only",
-				name, qs.ReadyCount, qs.RejectedCount, qs.UnackedCount(), ready)
+		if qs.ReadyCount != int64(want.ready) || qs.DelayedCount != int64(want.delayed) ||
+			qs.RejectedCount != 0 || qs.UnackedCount() != 0 || qs.ExpiredCount != 0 {
+			return fmt.Errorf("redq: queue %s holds %d ready, %d delayed, %d rejected, %d unacked, %d expired; want %d ready and %d delayed only",
+				name, qs.ReadyCount, qs.DelayedCount, qs.RejectedCount, qs.UnackedCount(), qs.ExpiredCount, want.ready, want.delayed)
 		}
 	}
 	return nil
@@ -323,55 +346,7 @@ func (s *redqSystem) Publish(ctx context.Context, e *env, n, goroutines, perCall
 // goroutines goroutines, each taking the next perCall sequence numbers
 // for one PublishBytes call. The first error stops them all.
 func publishRedq(ctx context.Context, q redq.Queue, n, goroutines, perCall, size int) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		next     int
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	take := func() (int, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		from := next
-		next = min(next+perCall, n)
-		return from, next
-	}
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			batch := make([][]byte, 0, perCall)
-			for ctx.Err() == nil {
-				from, to := take()
-				if from >= to {
-					return
-				}
-				batch = batch[:0]
-				for seq := from; seq < to; seq++ {
-					batch = append(batch, newPayload(seq, size))
-				}
-				if err := q.PublishBytesContext(ctx, batch...); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("redq: publish payloads %d..%d: %w", from, to-1, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redq: publishing stopped: %w", err)
-	}
-	return nil
+	return fillRedqParallel(ctx, goroutines, 0, n, perCall, size, func(int) redq.Queue { return q })
 }
 
 // EndToEnd fills a queue with cfg.N payloads (untimed, redqChunk per
@@ -379,14 +354,24 @@ func publishRedq(ctx context.Context, q redq.Queue, n, goroutines, perCall, size
 // until every delivery is acked: cfg.Consumers consumers calling Ack, or
 // one batch consumer of cfg.Batch calling Deliveries.Ack.
 func (s *redqSystem) EndToEnd(ctx context.Context, e *env, cfg e2eConfig) (time.Duration, error) {
+	return s.endToEnd(ctx, e, cfg, "e2e", func(ctx context.Context, _ redq.Connection, q redq.Queue) error {
+		return fillRedq(ctx, q, 0, cfg.N, cfg.PayloadSize)
+	})
+}
+
+// endToEnd is EndToEnd with the queue filled by fill (untimed), which must
+// publish payloads 0..cfg.N-1 through conn into q (queue redqQueue). what
+// names the run in errors.
+func (s *redqSystem) endToEnd(ctx context.Context, e *env, cfg e2eConfig, what string,
+	fill func(ctx context.Context, conn redq.Connection, q redq.Queue) error) (time.Duration, error) {
 	r := s.open(e, cfg.Consumers)
 	defer r.close()
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
-		return 0, fmt.Errorf("e2e: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := fillRedq(ctx, q, 0, cfg.N, cfg.PayloadSize); err != nil {
-		return 0, fmt.Errorf("e2e fill: %w", err)
+	if err := fill(ctx, conn, q); err != nil {
+		return 0, fmt.Errorf("%s fill: %w", what, err)
 	}
 	tl := newTally(cfg.N)
 	start := time.Now()
@@ -396,14 +381,14 @@ func (s *redqSystem) EndToEnd(ctx context.Context, e *env, cfg e2eConfig) (time.
 		err = r.consume(q, cfg.Prefetch, cfg.Consumers, r.acker(tl, nil), s.poll)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("e2e: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := r.wait(ctx, tl, redqLimit(cfg.N)); err != nil {
-		return 0, fmt.Errorf("e2e: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	elapsed := time.Since(start)
 	if err := r.settled(ctx, conn, 0, redqQueue); err != nil {
-		return 0, fmt.Errorf("e2e: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	return elapsed, nil
 }
@@ -423,10 +408,15 @@ func (r *redqRun) consumeBatches(q redq.Queue, prefetch, batch int, f redq.Batch
 // settled stops every connection, checks through conn that the named
 // queues hold ready deliveries each and nothing else, and closes the run.
 func (r *redqRun) settled(ctx context.Context, conn redq.Connection, ready int, names ...string) error {
+	return r.settledWith(ctx, conn, redqCounts{ready: ready}, names...)
+}
+
+// settledWith is settled for queues that must hold want.
+func (r *redqRun) settledWith(ctx context.Context, conn redq.Connection, want redqCounts, names ...string) error {
 	if err := r.stopAll(); err != nil {
 		return err
 	}
-	if err := expectRedqQueues(ctx, conn, ready, names...); err != nil {
+	if err := expectRedqCounts(ctx, conn, want, names...); err != nil {
 		return err
 	}
 	return r.close()

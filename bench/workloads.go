@@ -105,7 +105,7 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 	asynqIdleSamples := min(idleSamples, 20, z.scaled(1, 1000, 3))
 	queues := z.scaled(1, 100, 10)
 	big := z.scaled(1, 100, 20)
-	return []workload{
+	return append([]workload{
 		publish("publish/1-goroutine", z.scaled(1, 10, 100), 1, 1),
 		publish("publish/8-goroutines", z.scaled(1, 4, 100), 8, 1),
 		publish("publish/100-per-call", n, 1, 100),
@@ -192,7 +192,7 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 				return []float64{b}, err
 			},
 		},
-	}
+	}, schedWorkloads(z)...)
 }
 
 // e2eShape describes who consumes in an end-to-end run.
