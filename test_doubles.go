@@ -153,8 +153,16 @@ func (q *TestQueue) PublishBytesContext(_ context.Context, payload ...[]byte) er
 	return q.PublishBytes(payload...)
 }
 
-// Put records the payload; options are ignored.
-func (q *TestQueue) Put(_ context.Context, payload []byte, _ ...PublishOption) error {
+// Put records the payload. Options are checked as the real queue checks
+// them (a bad one returns its *ArgumentError and records nothing) and
+// otherwise ignored.
+func (q *TestQueue) Put(_ context.Context, payload []byte, opts ...PublishOption) error {
+	var o publishOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
 	return q.Publish(string(payload))
 }
 

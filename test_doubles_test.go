@@ -1,8 +1,10 @@
 package redq
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // A consumer under test, as a user would write one.
@@ -58,5 +60,51 @@ func TestTestDoubles(t *testing.T) {
 	}
 	if Pushed.String() != "pushed" {
 		t.Fatal(Pushed.String())
+	}
+}
+
+// The test doubles know the scheduling API: a handler under test can be
+// given a TestDelivery and its Release or Touch checked.
+func TestTestDoublesScheduling(t *testing.T) {
+	conn := NewTestConnection()
+	if _, err := conn.OpenQueue("q", WithRetryPolicy(RetryPolicy{})); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("bad queue option accepted: %v", err)
+	}
+	q, err := conn.OpenQueue("q", WithPublishDefaults(TTR(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(context.Background(), []byte("x"), Priority(MaxPriority+1)); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("bad publish option accepted: %v", err)
+	}
+	if err := q.Put(context.Background(), []byte("y"), Delay(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.GetDeliveries("q"); len(got) != 1 || got[0] != "y" {
+		t.Fatalf("recorded %v, want only y", got)
+	}
+	if _, err := q.Take(context.Background(), 0); !errors.Is(err, ErrorTimeout) {
+		t.Fatalf("Take on a test queue: %v", err)
+	}
+
+	d := NewTestDeliveryString("job")
+	d.Attempt = 3
+	if d.Attempts() != 3 {
+		t.Fatalf("attempts %d", d.Attempts())
+	}
+	if err := d.Touch(context.Background()); err != nil || d.Touches != 1 {
+		t.Fatalf("touch: %v, %d", err, d.Touches)
+	}
+	if err := d.Release(context.Background(), -time.Second); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("negative release delay: %v", err)
+	}
+	if err := d.Release(context.Background(), time.Second); err != nil || d.GetState() != Released || d.ReleaseDelay != time.Second {
+		t.Fatalf("release: %v, %v, %v", err, d.GetState(), d.ReleaseDelay)
+	}
+	if err := d.Ack(); !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("ack after release: %v", err)
+	}
+	if err := d.Touch(context.Background()); !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("touch after release: %v", err)
 	}
 }
