@@ -130,18 +130,20 @@ local function schedule(P, e, due)
 end
 
 -- e taken once more goes back: count the attempt and restart its time to
--- live. Returns the new envelope and its priority.
+-- live. Returns the new envelope, its priority and the attempts counted
+-- before.
 local function again(e, now)
   if string.byte(e, 1) == 1 then
     -- plain (the common case, kept cheap for the cleaner): first attempt counted
-    return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2), 0
+    return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2), 0, 0
   end
   local m, stop = meta_of(e)
-  m[1] = m[1] + 1
+  local before = m[1]
+  m[1] = before + 1
   if m[4] > 0 then
     m[5] = now + m[4]
   end
-  return with_meta(e, m, stop), m[2]
+  return with_meta(e, m, stop), m[2], before
 end
 
 -- Move due deliveries (at most max) from delayed to ready, at the back of
@@ -257,12 +259,12 @@ local function expire_leases(P, now, max)
     local found, notes = {}, {}
     for i, e in ipairs(es) do
       if e then
+        local p, before
+        e, p, before = again(e, now)
+        add_level(groups, p, e)
         found[#found + 1] = ids[i]
         notes[#notes + 1] = now
-        notes[#notes + 1] = ids[i] .. '@' .. meta_of(e)[1]
-        local p
-        e, p = again(e, now)
-        add_level(groups, p, e)
+        notes[#notes + 1] = ids[i] .. '@' .. before
       end
     end
     if #found > 0 then
