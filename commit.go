@@ -42,7 +42,7 @@ type settleRequest struct {
 }
 
 type settleResult struct {
-	codes      []int64 // per id: codeDone, codeMissing or codeLost
+	codes      []int64 // per id: codeDone, codeMissing, codeLost or codeSuperseded
 	registered bool
 	err        error
 }

@@ -234,7 +234,9 @@ func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...Qu
 		return nil, ErrorConsumingStopped
 	}
 	q := newQueue(c, name, o)
-	pipe := c.client.TxPipeline()
+	// A plain pipeline: the queues set and the queue's meta hash live in
+	// different cluster slots, and neither write depends on the other.
+	pipe := c.client.Pipeline()
 	pipe.SAdd(ctx, c.keys.queues, name)
 	if o.keepExpired != nil {
 		keep := "0"

@@ -564,3 +564,86 @@ func TestEveryStaleHandleOfALeaseLostTwiceLearnsWhy(t *testing.T) {
 		wantNothingLeft(t, b, other, qo)
 	})
 }
+
+// Release has no reply token: a retry after a lost reply repeats the same
+// call. When the delivery was taken again by the same connection in
+// between, the repeat must not release the new take (and a caller that
+// did not retry learns the old handle is stale).
+func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "c", namespace())
+		q := openQueue(t, c, "q")
+		ctx := context.Background()
+		if err := q.Publish("p"); err != nil {
+			t.Fatal(err)
+		}
+		d := take(t, q, 1)[0]
+		if err := d.Release(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		d2 := take(t, q, 1)[0]
+		if err := d.Release(ctx, 0); !errors.Is(err, ErrorNotFound) || errors.Is(err, ErrorLeaseLost) {
+			t.Fatalf("stale Release: %v, want ErrorNotFound only", err)
+		}
+		// As the retry inside single sees it: the earlier try did the work.
+		rd := d.(*redisDelivery)
+		err := rd.retry(ctx, "release", true, time.Time{}, func(ctx context.Context) (int64, bool, error) {
+			v, err := scripts.release.Run(ctx, b.client, []string{q.keys.ready}, q.keys.prefix, c.name, rd.attemptRef(), 0).Int64Slice()
+			if err != nil {
+				return 0, false, err
+			}
+			return v[1], v[0] == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("retried Release after the re-take: %v, want nil", err)
+		}
+		if d2.Attempts() != 2 {
+			t.Fatalf("re-take attempts %d, want 2", d2.Attempts())
+		}
+		wantCounts(t, c, "q", 0, 0, 1)
+		if err := d2.Ack(); err != nil {
+			t.Fatalf("new holder's Ack: %v", err)
+		}
+	})
+}
+
+// A fetch repeated after a lost reply gives back only the deliveries still
+// held at the attempt it took: not a later take of one of them whose lease
+// ran out meanwhile and that another caller of the same connection holds.
+func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "c", namespace())
+		q := openQueue(t, c, "q")
+		ctx := context.Background()
+		if err := q.Put(ctx, []byte("x"), TTR(5*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if err := scripts.setConsumers.Run(ctx, b.client, []string{q.keys.consumers}, c.name, 0, "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// the fetch loop's call under token 7: it ran, but say its reply was lost
+		if res, _, err := q.takeRaw(ctx, 1, q.fetchField(), 7); err != nil || len(res) != 1 {
+			t.Fatal(res, err)
+		}
+		if b.mini != nil {
+			b.mini.SetTime(time.Now().Add(time.Second))
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+		// a Take on the same connection returns the lost lease and takes it again
+		d2, err := q.Take(ctx, time.Second)
+		if err != nil || d2.Attempts() != 2 {
+			t.Fatalf("take after the lease ran out: %v, %v", d2, err)
+		}
+		again, _, err := q.takeRaw(ctx, 1, q.fetchField(), 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(again) != 0 {
+			t.Fatalf("the repeated fetch handed out %d deliveries, want none (attempt 2 is Take's)", len(again))
+		}
+		if err := d2.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

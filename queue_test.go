@@ -1,6 +1,7 @@
 package redq
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -224,5 +225,39 @@ func TestLargePayloadsAreFetchedInSmallerChunks(t *testing.T) {
 		}
 		<-c.StopAllConsuming()
 		wantCounts(t, c, "large", 0, 0, 0)
+	})
+}
+
+// Destroy keeps the counter that numbers foreign items: an id made from it
+// must not repeat while a delivery with that id is still held (a repeat
+// would overwrite the held one in the unacked hash).
+func TestDestroyKeepsForeignIDsUnique(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "c", namespace())
+		q := openQueue(t, c, "q")
+		ctx := context.Background()
+		if err := b.client.LPush(ctx, q.keys.ready, "foreign-1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		d1 := take(t, q, 1)[0]
+		if _, _, err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		q = openQueue(t, c, "q")
+		if err := b.client.LPush(ctx, q.keys.ready, "foreign-2").Err(); err != nil {
+			t.Fatal(err)
+		}
+		d2 := take(t, q, 1)[0]
+		if d1.ID() == d2.ID() {
+			t.Fatalf("two held deliveries share id %s", d1.ID())
+		}
+		if n := b.client.HLen(ctx, q.unackedKey).Val(); n != 2 {
+			t.Fatalf("unacked hash holds %d deliveries, want 2", n)
+		}
+		for _, d := range []Delivery{d1, d2} {
+			if err := d.Ack(); err != nil {
+				t.Fatalf("ack %q: %v", d.Payload(), err)
+			}
+		}
 	})
 }

@@ -1101,3 +1101,32 @@ func TestCleanerPromotesDueDeliveriesOfAnUnconsumedQueue(t *testing.T) {
 		}
 	})
 }
+
+// A wake marker left in the ready list of a queue nobody consumes does not
+// keep the cleaner from finding the expired deliveries behind it.
+func TestCleanerDropsExpiredBehindAWakeMarker(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "c", namespace())
+		q := openQueue(t, c, "q")
+		ctx := context.Background()
+		// a delayed publish into an empty queue leaves the marker in ready
+		if err := q.Put(ctx, []byte("later"), Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Put(ctx, []byte("short"), TTL(time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if b.mini != nil {
+			b.mini.SetTime(time.Now().Add(time.Second))
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := NewCleaner(c).Clean(); err != nil {
+			t.Fatal(err)
+		}
+		s := mustStats(t, c, "q").QueueStats["q"]
+		if s.ExpiredCount != 1 || s.ReadyCount != 0 || s.DelayedCount != 1 {
+			t.Fatalf("after Clean: expired %d ready %d delayed %d, want 1, 0, 1", s.ExpiredCount, s.ReadyCount, s.DelayedCount)
+		}
+	})
+}

@@ -13,8 +13,8 @@
 -- any more: a cleaner returned its deliveries.
 --
 -- A call is idempotent per token: field ARGV[5] (the queue handle) of the
--- connection's replies hash remembers the handle's last token and the ids it
--- took, and a call with the same token (the client did not get the reply, or
+-- connection's replies hash remembers the handle's last token and the ids
+-- (with their attempts) it took, and a call with the same token (the client did not get the reply, or
 -- go-redis sent the script again) returns those deliveries again (the ones
 -- still unacked) instead of taking more. Without this, a lost reply would
 -- leave deliveries in a live connection's storage that nobody works on.
@@ -30,14 +30,21 @@ end
 local now = now_ms()
 local last = redis.call('HGET', rk, field)
 if last and string.sub(last, 1, #token + 1) == token .. '|' then
+  -- The record holds id .. attempts .. ',' per delivery taken: give back
+  -- those still held at that attempt (a delivery whose lease ran out may
+  -- be held again under a later attempt, by another caller).
   local out = {0}
-  local ids = {}
-  for i = #token + 2, #last, IDLEN do
-    ids[#ids + 1] = string.sub(last, i, i + IDLEN - 1)
+  local ids, want = {}, {}
+  local pos = #token + 2
+  while pos <= #last do
+    local comma = string.find(last, ',', pos + IDLEN, true)
+    ids[#ids + 1] = string.sub(last, pos, pos + IDLEN - 1)
+    want[#want + 1] = tonumber(string.sub(last, pos + IDLEN, comma - 1))
+    pos = comma + 1
   end
   if #ids > 0 then
-    for _, e in ipairs(redis.call('HMGET', uk, unpack(ids))) do
-      if e then
+    for i, e in ipairs(redis.call('HMGET', uk, unpack(ids))) do
+      if e and meta_of(e)[1] == want[i] then
         out[#out + 1] = e
       end
     end
@@ -74,7 +81,7 @@ for _, e in ipairs(items) do
       seen[id] = true
       kv[#kv + 1] = id
       kv[#kv + 1] = e
-      ids[#ids + 1] = id
+      ids[#ids + 1] = id .. (m and m[1] or 0) .. ','
       out[#out + 1] = e
       if m and m[3] > 0 then
         redis.call('ZADD', lk, now + m[3], id .. conn)

@@ -195,22 +195,30 @@ local function lost(P, conn, ref)
   return 0
 end
 
--- A verb names a delivery by its id, or, for a delivery with a lease, by
--- its ref id@attempts: the attempt it was taken at. The same connection may
--- have taken the delivery again after the lease ran out; the stale holder's
+-- A verb names a delivery by its ref: its id, or id@attempts, the attempt it
+-- was taken at (always for the verbs on one delivery, and for settles of a
+-- delivery with a lease). The same connection may hold the delivery again
+-- under a later attempt: after its lease ran out, or after an earlier try
+-- of this very verb went through but its reply was lost. The old holder's
 -- verb must not act on the new take. Returns the id, the envelope if this
--- connection holds that attempt, and the code when it does not.
+-- connection holds that attempt, and the code when it does not: 0 not
+-- there, 2 its lease ran out (a note says so), 3 held under a later attempt
+-- (without a note: an earlier try of the verb moved it, so the caller may
+-- count the verb done when it retried).
 local function held(P, uk, conn, ref)
   local id, want = ref, nil
   if #ref > IDLEN then
     id, want = string.sub(ref, 1, IDLEN), tonumber(string.sub(ref, IDLEN + 2))
   end
   local e = redis.call('HGET', uk, id)
-  if e and want and meta_of(e)[1] ~= want then
-    return id, nil, 2
-  end
   if not e then
     return id, nil, lost(P, conn, ref)
+  end
+  if want and meta_of(e)[1] ~= want then
+    if lost(P, conn, ref) == 2 then
+      return id, nil, 2
+    end
+    return id, nil, 3
   end
   return id, e, 1
 end
@@ -305,13 +313,19 @@ local function drop_expired(P, now, max)
       if not e then
         break
       end
-      local m = e ~= MARKER and meta(e)
-      if not (m and m[5] > 0 and m[5] <= now) then
-        break
+      if e == MARKER then
+        -- nobody is blocked on an idle queue's marker (it would have woken
+        -- them); the consumers that woke fetch anyway
+        redis.call('RPOP', key)
+      else
+        local m = meta(e)
+        if not (m and m[5] > 0 and m[5] <= now) then
+          break
+        end
+        redis.call('RPOP', key)
+        expire(P, e)
+        dropped = dropped + 1
       end
-      redis.call('RPOP', key)
-      expire(P, e)
-      dropped = dropped + 1
     end
   end
   return dropped

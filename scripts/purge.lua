@@ -23,7 +23,8 @@ if string.find(what, 'j', 1, true) then
 end
 if string.find(what, 'd', 1, true) then
   out[3] = redis.call('ZCARD', P .. ':delayed')
-  redis.call('DEL', P .. ':delayed', P .. ':seq')
+  -- not seq: ids made from it must stay unique while unacked ones live
+  redis.call('DEL', P .. ':delayed')
   redis.call('HDEL', P .. ':meta', 'expired')
 end
 return out
