@@ -33,6 +33,10 @@ import "fmt"
 //	ns:{name}:lost:<connection>    sorted set of id@attempt, by Redis time, of the
 //	                               deliveries whose lease ran out while the
 //	                               connection held them (kept a day)
+//	ns:{name}:done:<connection>    sorted set of id@attempt, by Redis time, of the
+//	                               deliveries the connection released or
+//	                               rejected with a reason (receipts that make a
+//	                               repeated call answer done; kept ten minutes)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another

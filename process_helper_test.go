@@ -61,6 +61,8 @@ func runHelper(name string) int {
 		return procChildConsume()
 	case "zombie":
 		return procChildZombie()
+	case "leasehold":
+		return procChildLeaseHold() // process_lease_test.go
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", name)
 	return 2

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -1331,33 +1330,21 @@ func (p *procProxy) serve(client net.Conn) {
 	}
 }
 
-// procScriptPatterns are what a request running the embedded script file
-// contains: its SHA (EVALSHA) or its first line (EVAL after NOSCRIPT).
-func procScriptPatterns(t testing.TB, file string) []string {
-	t.Helper()
-	b, err := scriptFiles.ReadFile("scripts/" + file + ".lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	return []string{redis.NewScript(string(b)).Hash(), first}
-}
+// procScriptPatterns are what a request running the script contains (its
+// SHA; procLoadScripts makes sure every call is an EVALSHA).
+func procScriptPatterns(sc *redis.Script) []string { return []string{sc.Hash()} }
 
-// procLoadScripts loads every embedded script into Redis, so that a request
-// whose reply is lost is one that ran, not one refused with NOSCRIPT.
+// procLoadScripts loads every script into Redis, so that a request whose
+// reply is lost is one that ran, not one refused with NOSCRIPT.
 func procLoadScripts(t testing.TB, client redis.UniversalClient) {
 	t.Helper()
-	files, err := fs.Glob(scriptFiles, "scripts/*.lua")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("embedded scripts: %v, %v", files, err)
-	}
-	for _, f := range files {
-		b, err := scriptFiles.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := redis.NewScript(string(b)).Load(context.Background(), client).Err(); err != nil {
-			t.Fatalf("load %s: %v", f, err)
+	all := []*redis.Script{scripts.register, scripts.heartbeat, scripts.declareDead, scripts.setConsumers,
+		scripts.fetch, scripts.settle, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
+		scripts.publish, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
+		scripts.counts, scripts.drain}
+	for _, sc := range all {
+		if err := sc.Load(context.Background(), client).Err(); err != nil {
+			t.Fatalf("load script %s: %v", sc.Hash(), err)
 		}
 	}
 }
@@ -1400,7 +1387,7 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		var mu sync.Mutex
 		acked := map[string]bool{}
 		q := openQueue(t, worker, "jobs")
-		p.arm(procScriptPatterns(t, "fetch")...)
+		p.arm(procScriptPatterns(scripts.fetch)...)
 		if err := q.StartConsuming(n, 50*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
@@ -1435,6 +1422,59 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		}
 		if p.trips() != 1 {
 			t.Fatalf("the proxy lost %d replies, want 1", p.trips())
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+
+	t.Run("take", func(t *testing.T) {
+		admin, worker, p, ns := setup(t)
+		procPublish(t, openQueue(t, admin, "jobs"), []string{"a", "b"})
+		q := openQueue(t, worker, "jobs")
+		// Register first (that call is not the one to lose), then lose
+		// the reply of the fetch that takes.
+		if _, err := q.Take(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		p.arm(procScriptPatterns(scripts.fetch)...)
+		ds, err := q.TakeBatch(context.Background(), 10, 5*time.Second)
+		if p.trips() != 1 {
+			t.Fatalf("the proxy lost %d replies, want 1", p.trips())
+		}
+		if err != nil || len(ds) != 1 || ds[0].Payload() != "b" {
+			t.Fatalf("TakeBatch whose reply was lost: %v, %v; want the delivery it took", ds, err)
+		}
+		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Val(); n != 2 {
+			t.Fatalf("%d held, want 2 (a and b)", n)
+		}
+	})
+
+	t.Run("release", func(t *testing.T) {
+		admin, worker, p, ns := setup(t)
+		procPublish(t, openQueue(t, admin, "jobs"), []string{"only"})
+		q := openQueue(t, worker, "jobs")
+		d, err := q.Take(context.Background(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Release names the delivery as id@attempt: lose that reply.
+		ref := d.(*redisDelivery).attemptRef()
+		p.arm(fmt.Sprintf("$%d\r\n%s\r\n", len(ref), ref))
+		err = d.Release(context.Background(), 0)
+		if p.trips() != 1 {
+			t.Fatalf("the proxy lost %d replies, want 1", p.trips())
+		}
+		if err != nil {
+			t.Errorf("Release whose reply was lost returned %v; it ran, so it must return nil", err)
+		}
+		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Val(); n != 0 {
+			t.Fatalf("%d still held after the Release", n)
+		}
+		again, err := q.Take(context.Background(), time.Second)
+		if err != nil || again.Attempts() != 2 {
+			t.Fatalf("after the Release: %v, %v; want it back with attempt 2 (counted once)", again, err)
+		}
+		if err := again.Ack(); err != nil {
+			t.Fatal(err)
 		}
 		wantCounts(t, admin, "jobs", 0, 0, 0)
 	})

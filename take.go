@@ -79,7 +79,7 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 		for int64(len(out)) < max {
 			sent := time.Now()
 			want := min(max-int64(len(out)), fetchChunk)
-			res, h, err := q.takeRaw(ctx, want, slot.field, slot.token)
+			res, h, err := q.takeRetrying(ctx, want, slot, deadline)
 			if err != nil {
 				if isLost(err) {
 					go q.conn.connectionLost()
@@ -119,6 +119,25 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 			if err := w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true); err != nil {
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
+		}
+	}
+}
+
+// takeRetrying runs the fetch script under the slot's token, repeating it
+// after Redis errors until the deadline (at least once more) or ctx ends:
+// the repeat carries the same token, so deliveries the first try took but
+// whose reply was lost come back to this call instead of waiting in this
+// connection's storage for a later call on the same slot.
+func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, deadline time.Time) ([]string, int64, error) {
+	for attempt := 1; ; attempt++ {
+		res, hint, err := q.takeRaw(ctx, n, slot.field, slot.token)
+		if err == nil || isLost(err) || ctx.Err() != nil || (attempt > 1 && time.Now().After(deadline)) {
+			return res, hint, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, err
+		case <-time.After(backoff(attempt, 100*time.Millisecond)):
 		}
 	}
 }

@@ -226,17 +226,33 @@ end
 -- For the verbs on one delivery (release, reject with a reason): remove
 -- the delivery that ref names from conn's storage and end its lease.
 -- Returns its envelope, or nil and the reply {registered, code} to give.
+--
+-- These verbs have no reply token (as settle has), so each leaves a
+-- receipt: when its reply is lost and go-redis or the caller sends it
+-- again, the repeat finds the receipt and answers done instead of "not
+-- there". Receipts live in a sorted set per connection, by Redis time, and
+-- are dropped after ten minutes; a cleaner deletes the set with the
+-- connection's other storage.
+local RECEIPT_KEEP = 600000
+
 local function remove_held(P, conn, ref)
   if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
     return nil, {0, 0}
   end
-  local uk = P .. ':unacked:' .. conn
+  local uk, rk = P .. ':unacked:' .. conn, P .. ':done:' .. conn
   local id, e, code = held(P, uk, conn, ref)
   if not e then
+    if redis.call('ZSCORE', rk, ref) then
+      return nil, {1, 1}
+    end
     return nil, {1, code}
   end
   redis.call('HDEL', uk, id)
   redis.call('ZREM', P .. ':leases', id .. conn)
+  local now = now_ms()
+  redis.call('ZADD', rk, now, ref)
+  redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - RECEIPT_KEEP)
+  redis.call('PEXPIRE', rk, RECEIPT_KEEP)
   return e
 end
 

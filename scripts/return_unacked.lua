@@ -3,7 +3,7 @@
 -- their attempt counted and their lease ended, continuing a scan at
 -- ARGV[4]. With ARGV[5] == '1' (a cleaner on a dead connection) the
 -- connection is unregistered from the queue once its hash is empty, in the
--- same step, and its replies and lost hashes are deleted.
+-- same step, and its replies hash and lost and done sets are deleted.
 -- Returns {moved, next cursor, remaining}.
 --
 -- KEYS[1] ready (routes the call)
@@ -46,6 +46,6 @@ end
 local remaining = redis.call('HLEN', uk)
 if remaining == 0 and ARGV[5] == '1' then
   redis.call('HDEL', P .. ':consumers', conn)
-  redis.call('DEL', P .. ':replies:' .. conn, P .. ':lost:' .. conn)
+  redis.call('DEL', P .. ':replies:' .. conn, P .. ':lost:' .. conn, P .. ':done:' .. conn)
 end
 return {#fields, cursor, remaining}
