@@ -639,3 +639,32 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 		}
 	})
 }
+
+// A fetch repeated after a lost reply gives back a delivery taken at a
+// later attempt (one that was released before) as it does a first take.
+func TestRepeatedFetchReturnsAReleasedDeliveryAgain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "c", namespace())
+		q := openQueue(t, c, "q")
+		ctx := context.Background()
+		if err := q.Publish("first", "second"); err != nil {
+			t.Fatal(err)
+		}
+		d := take(t, q, 1)[0]
+		if err := d.Release(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		// "second" (attempt 0) then "first" (attempt 1), under token 9
+		res, _, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		if err != nil || len(res) != 2 {
+			t.Fatal(res, err)
+		}
+		again, _, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		if err != nil || len(again) != 2 || again[0] != res[0] || again[1] != res[1] {
+			t.Fatalf("repeat gave %d deliveries (%v), want the same two", len(again), err)
+		}
+		if got := newDelivery(q, again[1], time.Now()); got.Payload() != "first" || got.Attempts() != 2 {
+			t.Fatalf("repeat's second delivery %q attempt %d, want first at 2", got.Payload(), got.Attempts())
+		}
+	})
+}

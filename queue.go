@@ -482,12 +482,12 @@ func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token u
 	if len(v) == 0 {
 		return nil, 0, errors.New("redq: empty reply from fetch")
 	}
-	hint, ok := v[0].(int64)
+	hint, ok := v[len(v)-1].(int64)
 	if !ok {
-		return nil, 0, fmt.Errorf("redq: unexpected fetch hint %v", v[0])
+		return nil, 0, fmt.Errorf("redq: unexpected fetch hint %v", v[len(v)-1])
 	}
 	out := make([]string, len(v)-1)
-	for i, x := range v[1:] {
+	for i, x := range v[:len(v)-1] {
 		if out[i], ok = x.(string); !ok {
 			return nil, 0, fmt.Errorf("redq: unexpected fetch reply element %T", x)
 		}

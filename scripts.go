@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -12,7 +13,7 @@ import (
 // The Lua scripts live in scripts/*.lua, one per atomic move. Each touches
 // keys of one hash slot only: the global tag, or one queue's tag (settle.lua
 // pushing to another queue is the one exception). The queue scripts share
-// the helpers of scripts/lib.lua, which is put in front of each; they get
+// the helpers of scripts/lib.lua, those each uses put in front of it; they get
 // the queue's key prefix and derive the keys that depend on data (priority
 // levels, other connections' storage) from it, and their first key routes
 // the call to the queue's slot.
@@ -40,10 +41,83 @@ func readScript(name string) string {
 
 func mustScript(name string) *redis.Script { return redis.NewScript(readScript(name)) }
 
-// queueScript is a script that uses the shared helpers.
+// queueScript is a script with the shared helpers it uses in front of it.
 func queueScript(name string) *redis.Script {
-	return redis.NewScript(readScript("lib") + "\n" + readScript(name))
+	return redis.NewScript(withHelpers(readScript("lib"), readScript(name)))
 }
+
+// libDef matches the first line of a top-level definition in lib.lua.
+var libDef = regexp.MustCompile(`^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)`)
+
+// withHelpers puts in front of body the definitions of lib that it uses,
+// directly or through other definitions, in lib's order. Redis runs a
+// script's whole text on every call, and each definition costs time there
+// (all of lib.lua costs about 2µs a call), so the hot scripts carry only
+// what they need. A definition is a line "local NAME ..." or "local
+// function NAME" at the start of a line, with the comment lines above it,
+// up to the next definition's comment.
+func withHelpers(lib, body string) string {
+	type def struct{ name, text string }
+	var defs []def
+	var pending []string // comment lines waiting for their definition
+	for _, line := range strings.Split(lib, "\n") {
+		if m := libDef.FindStringSubmatch(line); m != nil {
+			defs = append(defs, def{name: m[1]})
+			pending = append(pending, line)
+			defs[len(defs)-1].text = strings.Join(pending, "\n")
+			pending = nil
+			continue
+		}
+		if len(defs) > 0 && !strings.HasPrefix(line, "--") && (len(pending) == 0 || strings.TrimSpace(line) != "") {
+			// the body of the current definition
+			if len(pending) > 0 {
+				defs[len(defs)-1].text += "\n" + strings.Join(pending, "\n")
+				pending = nil
+			}
+			defs[len(defs)-1].text += "\n" + line
+			continue
+		}
+		pending = append(pending, line)
+	}
+	uses := func(text string) map[string]bool {
+		code := luaComment.ReplaceAllString(text, "")
+		out := map[string]bool{}
+		for _, w := range luaWord.FindAllString(code, -1) {
+			out[w] = true
+		}
+		return out
+	}
+	need := uses(body)
+	for changed := true; changed; {
+		changed = false
+		for i := len(defs) - 1; i >= 0; i-- {
+			d := defs[i]
+			if !need[d.name] {
+				continue
+			}
+			for w := range uses(d.text) {
+				if w != d.name && !need[w] {
+					need[w] = true
+					changed = true
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for _, d := range defs {
+		if need[d.name] {
+			b.WriteString(d.text)
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString(body)
+	return b.String()
+}
+
+var (
+	luaComment = regexp.MustCompile(`--[^\n]*`)
+	luaWord    = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
 
 var scripts = scriptSet{
 	register:       mustScript("register"),

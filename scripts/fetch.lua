@@ -1,5 +1,5 @@
 -- Take up to ARGV[3] deliveries into the connection's unacked hash and
--- return {hint, e1, ..., en}. Before taking, it returns deliveries whose
+-- return {e1, ..., en, hint}. Before taking, it returns deliveries whose
 -- lease ran out and moves due delayed deliveries to ready (bounded), so a
 -- consuming queue needs no forwarder. It takes the highest priority first,
 -- drops deliveries whose time to live ran out (counting them), and starts a
@@ -14,9 +14,9 @@
 --
 -- A call is idempotent per token: field ARGV[5] (the queue handle) of the
 -- connection's replies hash remembers the handle's last token and the ids
--- (with their attempts) it took, and a call with the same token (the client did not get the reply, or
--- go-redis sent the script again) returns those deliveries again (the ones
--- still unacked) instead of taking more. Without this, a lost reply would
+-- it took (with their attempts), and a call with the same token (the
+-- client did not get the reply, or go-redis sent the script again) returns
+-- those deliveries again (the ones still held) instead of taking more. Without this, a lost reply would
 -- leave deliveries in a live connection's storage that nobody works on.
 --
 -- KEYS[1] ready (routes the call)
@@ -30,33 +30,41 @@ end
 local now = now_ms()
 local last = redis.call('HGET', rk, field)
 if last and string.sub(last, 1, #token + 1) == token .. '|' then
-  -- The record holds id .. attempts .. ',' per delivery taken: give back
-  -- those still held at that attempt (a delivery whose lease ran out may
-  -- be held again under a later attempt, by another caller).
-  local out = {0}
-  local ids, want = {}, {}
-  local pos = #token + 2
-  while pos <= #last do
-    local comma = string.find(last, ',', pos + IDLEN, true)
-    ids[#ids + 1] = string.sub(last, pos, pos + IDLEN - 1)
-    want[#want + 1] = tonumber(string.sub(last, pos + IDLEN, comma - 1))
-    pos = comma + 1
-  end
-  if #ids > 0 then
+  -- The record is token|count|ids, then "i:attempts," for each delivery
+  -- taken at an attempt other than 0: give back those still held at the
+  -- attempt taken (a delivery whose lease ran out may be held again under
+  -- a later attempt, by another caller).
+  local out = {}
+  local count, pos = string.match(last, '^(%d+)|()', #token + 2)
+  count = tonumber(count)
+  if count > 0 then
+    local ids, want = {}, {}
+    for i = 1, count do
+      ids[i] = string.sub(last, pos + (i - 1) * IDLEN, pos + i * IDLEN - 1)
+      want[i] = 0
+    end
+    for i, a in string.gmatch(string.sub(last, pos + count * IDLEN), '(%d+):(%d+),') do
+      want[tonumber(i)] = tonumber(a)
+    end
     for i, e in ipairs(redis.call('HMGET', uk, unpack(ids))) do
       if e and meta_of(e)[1] == want[i] then
         out[#out + 1] = e
       end
     end
   end
+  out[#out + 1] = 0
   return out
 end
 expire_leases(P, now, 100)
 promote(P, now, math.max(n, 100))
 local items, more = pop_ready(P, n)
-local out, kv, ids, seen = {0}, {}, {}, {}
+-- Kept deliveries are compacted to the front of items (dropped ones are
+-- rare), which then is the reply.
+local kv, ids, seen, again_at = {}, {}, {}, {}
 local lk = P .. ':leases'
-for _, e in ipairs(items) do
+local k = 0
+for i = 1, #items do
+  local e = items[i]
   if e ~= MARKER then
     local b = string.byte(e, 1)
     if #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
@@ -81,19 +89,28 @@ for _, e in ipairs(items) do
       seen[id] = true
       kv[#kv + 1] = id
       kv[#kv + 1] = e
-      ids[#ids + 1] = id .. (m and m[1] or 0) .. ','
-      out[#out + 1] = e
+      ids[#ids + 1] = id
+      if m and m[1] > 0 then
+        again_at[#again_at + 1] = #ids .. ':' .. m[1] .. ','
+      end
+      k = k + 1
+      items[k] = e
       if m and m[3] > 0 then
         redis.call('ZADD', lk, now + m[3], id .. conn)
       end
     end
   end
 end
+for i = #items, k + 1, -1 do
+  items[i] = nil
+end
 if #kv > 0 then
   redis.call('HSET', uk, unpack(kv))
 end
-redis.call('HSET', rk, field, token .. '|' .. table.concat(ids))
+redis.call('HSET', rk, field, token .. '|' .. #ids .. '|' .. table.concat(ids) .. table.concat(again_at))
+local hint = 0
 if not more then
-  out[1] = next_event(P, now)
+  hint = next_event(P, now)
 end
-return out
+items[k + 1] = hint
+return items

@@ -366,9 +366,18 @@ end
 -- Pop up to n elements from the ready lists, highest priority first. Returns
 -- them and whether n were popped (there may be more).
 local function pop_ready(P, n)
-  local out = {}
   local lv = P .. ':levels'
-  for _, p in ipairs(redis.call('ZREVRANGE', lv, 0, -1)) do
+  local levels = redis.call('ZREVRANGE', lv, 0, -1)
+  if #levels == 0 then
+    -- no priorities in use: the list's own reply (no copy)
+    local got = redis.call('RPOP', P .. ':ready', n)
+    if not got then
+      return {}, false
+    end
+    return got, #got >= n
+  end
+  local out = {}
+  for _, p in ipairs(levels) do
     local want = n - #out
     local got = redis.call('RPOP', P .. ':ready:' .. p, want)
     if got then
