@@ -1,0 +1,45 @@
+package redq
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every queue script gets the shared helpers it uses, and the ones those
+// use, defined before its body; and not the ones it does not use.
+func TestScriptsCarryTheHelpersTheyUse(t *testing.T) {
+	lib := readScript("lib")
+	var names []string
+	for _, line := range strings.Split(lib, "\n") {
+		if m := libDef.FindStringSubmatch(line); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	for _, name := range []string{"fetch", "settle", "return_unacked", "return_rejected", "purge", "publish",
+		"release", "touch", "reject_with", "maintain", "counts", "drain"} {
+		body := readScript(name)
+		full := withHelpers(lib, body)
+		if !strings.HasSuffix(full, body) {
+			t.Fatalf("%s: body is not last", name)
+		}
+		defined := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSuffix(full, body), "\n") {
+			if m := libDef.FindStringSubmatch(line); m != nil {
+				defined[m[1]] = true
+			}
+		}
+		code := luaComment.ReplaceAllString(full, "")
+		used := map[string]bool{}
+		for _, w := range luaWord.FindAllString(code, -1) {
+			used[w] = true
+		}
+		for _, n := range names {
+			if used[n] && !defined[n] && !strings.Contains(body, "local "+n+" ") && !strings.Contains(body, "local "+n+",") {
+				t.Errorf("%s uses %s but does not define it", name, n)
+			}
+		}
+	}
+	if got := withHelpers(lib, "return IDLEN"); strings.Contains(got, "function expire_leases") || !strings.Contains(got, "local IDLEN") {
+		t.Fatalf("a script using only IDLEN got:\n%s", got)
+	}
+}
