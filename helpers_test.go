@@ -215,3 +215,29 @@ func take(t testing.TB, q *redisQueue, n int) []Delivery {
 	}
 	return out
 }
+
+// mustPut publishes one payload with options or fails the test.
+func mustPut(t testing.TB, q Queue, payload string, opts ...PublishOption) {
+	t.Helper()
+	if err := q.Put(context.Background(), []byte(payload), opts...); err != nil {
+		t.Fatalf("put %q: %v", payload, err)
+	}
+}
+
+// ackAll acks a batch or fails the test.
+func ackAll(t testing.TB, ds Deliveries) {
+	t.Helper()
+	if errs := ds.Ack(); len(errs) > 0 {
+		t.Fatalf("ack: %v", errs)
+	}
+}
+
+// mustTake takes one delivery within timeout or fails the test.
+func mustTake(t testing.TB, q Queue, timeout time.Duration) Delivery {
+	t.Helper()
+	d, err := q.Take(context.Background(), timeout)
+	if err != nil {
+		t.Fatalf("take: %v", err)
+	}
+	return d
+}

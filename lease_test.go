@@ -81,29 +81,6 @@ func wantLeaseLost(t testing.TB, what string, err error) {
 	}
 }
 
-func mustPut(t testing.TB, q Queue, payload string, opts ...PublishOption) {
-	t.Helper()
-	if err := q.Put(context.Background(), []byte(payload), opts...); err != nil {
-		t.Fatalf("put %q: %v", payload, err)
-	}
-}
-
-func ackAll(t testing.TB, ds Deliveries) {
-	t.Helper()
-	if errs := ds.Ack(); len(errs) > 0 {
-		t.Fatalf("ack: %v", errs)
-	}
-}
-
-func mustTake(t testing.TB, q Queue, timeout time.Duration) Delivery {
-	t.Helper()
-	d, err := q.Take(context.Background(), timeout)
-	if err != nil {
-		t.Fatalf("take: %v", err)
-	}
-	return d
-}
-
 func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ns := namespace()

@@ -61,22 +61,6 @@ func (c *schedClock) pass(d time.Duration) {
 	time.Sleep(d)
 }
 
-func schedPut(t testing.TB, q Queue, payload string, opts ...PublishOption) {
-	t.Helper()
-	if err := q.Put(context.Background(), []byte(payload), opts...); err != nil {
-		t.Fatalf("put %q: %v", payload, err)
-	}
-}
-
-func schedTake(t testing.TB, q Queue, timeout time.Duration) Delivery {
-	t.Helper()
-	d, err := q.Take(context.Background(), timeout)
-	if err != nil {
-		t.Fatalf("take: %v", err)
-	}
-	return d
-}
-
 // schedNothingReady asserts that nothing can be taken from q right now.
 func schedNothingReady(t testing.TB, q Queue, what string) {
 	t.Helper()
@@ -275,8 +259,8 @@ func TestDelayedDeliveryIsTakenAtItsDueTime(t *testing.T) {
 		const delay = 400 * time.Millisecond
 
 		start := time.Now()
-		schedPut(t, q, "first", Delay(delay))
-		schedPut(t, q, "second", Delay(delay))
+		mustPut(t, q, "first", Delay(delay))
+		mustPut(t, q, "second", Delay(delay))
 		schedWantStats(t, c, "q", schedCounts{delayed: 2})
 		schedNothingReady(t, q, "right after publishing")
 
@@ -285,9 +269,9 @@ func TestDelayedDeliveryIsTakenAtItsDueTime(t *testing.T) {
 			clock.skip(delay - time.Millisecond)
 			schedNothingReady(t, q, "1ms before the due time")
 			clock.skip(time.Millisecond)
-			d = schedTake(t, q, 0)
+			d = mustTake(t, q, 0)
 		} else {
-			d = schedTake(t, q, 5*time.Second)
+			d = mustTake(t, q, 5*time.Second)
 			if waited := time.Since(start); waited < delay-5*time.Millisecond {
 				t.Fatalf("taken %v after publishing, before its delay of %v", waited, delay)
 			}
@@ -297,7 +281,7 @@ func TestDelayedDeliveryIsTakenAtItsDueTime(t *testing.T) {
 		}
 		// The fetch that took "first" made every due delivery ready.
 		schedWantStats(t, c, "q", schedCounts{ready: 1, unacked: 1})
-		if d2 := schedTake(t, q, 0); d2.Payload() != "second" {
+		if d2 := mustTake(t, q, 0); d2.Payload() != "second" {
 			t.Fatalf("took %q, want second", d2.Payload())
 		}
 	})
@@ -311,9 +295,9 @@ func TestDelayedDeliveriesBecomeReadyInDueOrder(t *testing.T) {
 		if err := q.Publish("ready before"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "third", Delay(300*time.Millisecond))
-		schedPut(t, q, "first", Delay(100*time.Millisecond))
-		schedPut(t, q, "second", At(time.Now().Add(200*time.Millisecond)))
+		mustPut(t, q, "third", Delay(300*time.Millisecond))
+		mustPut(t, q, "first", Delay(100*time.Millisecond))
+		mustPut(t, q, "second", At(time.Now().Add(200*time.Millisecond)))
 		clock.pass(500 * time.Millisecond)
 		// Due deliveries join the back of the line in the order they fell due.
 		schedWantOrder(t, "due order", schedTakeAll(t, q), "ready before", "first", "second", "third")
@@ -324,10 +308,10 @@ func TestAtInThePastIsDeliveredAtOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "at-past", namespace())
 		q := openQueue(t, c, "q")
-		schedPut(t, q, "an hour ago", At(time.Now().Add(-time.Hour)))
-		schedPut(t, q, "zero time", At(time.Time{}))
-		schedPut(t, q, "1900", At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
-		schedPut(t, q, "a second ago with a TTL", At(time.Now().Add(-time.Second)), TTL(time.Hour))
+		mustPut(t, q, "an hour ago", At(time.Now().Add(-time.Hour)))
+		mustPut(t, q, "zero time", At(time.Time{}))
+		mustPut(t, q, "1900", At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
+		mustPut(t, q, "a second ago with a TTL", At(time.Now().Add(-time.Second)), TTL(time.Hour))
 		schedWantStats(t, c, "q", schedCounts{ready: 4})
 		schedWantOrder(t, "past At", schedTakeAll(t, q), "an hour ago", "zero time", "1900", "a second ago with a TTL")
 	})
@@ -341,10 +325,10 @@ func TestAtIsJudgedByRedisClock(t *testing.T) {
 		if b.mini == nil {
 			// One host, one clock: At in the near future waits for it.
 			at := time.Now().Add(300 * time.Millisecond)
-			schedPut(t, q, "soon", At(at))
+			mustPut(t, q, "soon", At(at))
 			schedWantStats(t, c, "q", schedCounts{delayed: 1})
 			schedNothingReady(t, q, "before its time")
-			d := schedTake(t, q, 5*time.Second)
+			d := mustTake(t, q, 5*time.Second)
 			if early := time.Until(at); d.Payload() != "soon" || early > 5*time.Millisecond {
 				t.Fatalf("took %q %v before its time", d.Payload(), early)
 			}
@@ -355,8 +339,8 @@ func TestAtIsJudgedByRedisClock(t *testing.T) {
 		// minutes ahead here is past for Redis.
 		redisNow := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 		b.mini.SetTime(redisNow)
-		schedPut(t, q, "past for Redis", At(time.Now().Add(10*time.Minute)))
-		schedPut(t, q, "future for Redis", At(redisNow.Add(time.Minute)))
+		mustPut(t, q, "past for Redis", At(time.Now().Add(10*time.Minute)))
+		mustPut(t, q, "future for Redis", At(redisNow.Add(time.Minute)))
 		schedWantStats(t, c, "q", schedCounts{ready: 1, delayed: 1})
 		schedWantOrder(t, "Redis ahead", schedTakeAll(t, q), "past for Redis")
 
@@ -364,7 +348,7 @@ func TestAtIsJudgedByRedisClock(t *testing.T) {
 		// still to come for Redis, and comes when Redis's clock reaches it.
 		b.mini.SetTime(time.Now().Add(-time.Hour))
 		at := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
-		schedPut(t, q, "future for Redis too", At(at))
+		mustPut(t, q, "future for Redis too", At(at))
 		schedWantStats(t, c, "q", schedCounts{delayed: 2, unacked: 1})
 		schedNothingReady(t, q, "Redis behind")
 		b.mini.SetTime(at.Add(-time.Millisecond))
@@ -386,7 +370,7 @@ func TestIdleConsumerWakesForADeliveryDelayedBeforeItStarted(t *testing.T) {
 		q := openQueue(t, c, "q")
 		const delay = 300 * time.Millisecond
 		start := time.Now()
-		schedPut(t, q, "delayed", Delay(delay))
+		mustPut(t, q, "delayed", Delay(delay))
 		if err := q.StartConsuming(10, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -414,10 +398,10 @@ func TestIdleConsumerWakesForADeliveryDelayedWhileItWaits(t *testing.T) {
 
 		const delay = 500 * time.Millisecond
 		start := time.Now()
-		schedPut(t, q, "soon", Delay(delay))
+		mustPut(t, q, "soon", Delay(delay))
 		// A later due time published while the consumer waits for "soon"
 		// does not disturb that wait.
-		schedPut(t, q, "much later", Delay(time.Hour))
+		mustPut(t, q, "much later", Delay(time.Hour))
 		clock.skip(delay)
 		d := schedReceive(t, ch, 5*time.Second, "delivery due in 500ms with a 30s poll")
 		if b.mini == nil && time.Since(start) < delay-5*time.Millisecond {
@@ -446,11 +430,11 @@ func TestIdleConsumerWakesForALaterPublishThatIsDueSooner(t *testing.T) {
 		// The consumer knows of a delivery due in a minute and waits (at
 		// most its poll) for it; one published later but due sooner must
 		// cut that wait short.
-		schedPut(t, q, "in a minute", Delay(time.Minute))
+		mustPut(t, q, "in a minute", Delay(time.Minute))
 		ch := schedIdleConsumer(t, b, q)
 		const delay = 300 * time.Millisecond
 		start := time.Now()
-		schedPut(t, q, "sooner", Delay(delay))
+		mustPut(t, q, "sooner", Delay(delay))
 		clock.skip(delay)
 		d := schedReceive(t, ch, 5*time.Second, "delivery due sooner than the one waited for")
 		if b.mini == nil && time.Since(start) < delay-5*time.Millisecond {
@@ -467,7 +451,7 @@ func TestIdleConsumerWakesForAPriorityPublish(t *testing.T) {
 		c := openT(t, b, "wake-prio", namespace())
 		q := openQueue(t, c, "q")
 		ch := schedIdleConsumer(t, b, q)
-		schedPut(t, q, "urgent", Priority(3))
+		mustPut(t, q, "urgent", Priority(3))
 		d := schedReceive(t, ch, 5*time.Second, "priority publish into an idle queue with a 30s poll")
 		if d.Payload() != "urgent" {
 			t.Fatalf("got %q", d.Payload())
@@ -495,21 +479,21 @@ func TestHigherPriorityIsTakenFirstAndFIFOWithinALevel(t *testing.T) {
 		if err := q.Publish("0a"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "5a", Priority(5))
-		schedPut(t, q, "1a", Priority(1))
+		mustPut(t, q, "5a", Priority(5))
+		mustPut(t, q, "1a", Priority(1))
 		if err := q.Publish("0b"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "5b", Priority(5))
-		schedPut(t, q, "9a", Priority(MaxPriority))
-		schedPut(t, q, "1b", Priority(1))
-		schedPut(t, q, "0c", Priority(0))
+		mustPut(t, q, "5b", Priority(5))
+		mustPut(t, q, "9a", Priority(MaxPriority))
+		mustPut(t, q, "1b", Priority(1))
+		mustPut(t, q, "0c", Priority(0))
 		schedWantStats(t, c, "q", schedCounts{ready: 8})
 
 		// Take one at a time for three, then a consumer for the rest.
 		var got []string
 		for range 3 {
-			got = append(got, schedTake(t, q, 0).Payload())
+			got = append(got, mustTake(t, q, 0).Payload())
 		}
 		for _, d := range hold(t, q, 10, 5) {
 			got = append(got, d.Payload())
@@ -601,9 +585,9 @@ func TestDeliveryNotTakenWithinItsTTLExpires(t *testing.T) {
 		c := openT(t, b, "ttl", namespace())
 		q := openQueue(t, c, "q")
 		const ttl = 300 * time.Millisecond
-		schedPut(t, q, "dies", TTL(ttl))
-		schedPut(t, q, "dies with a priority", TTL(ttl), Priority(2))
-		schedPut(t, q, "lives", TTL(time.Hour))
+		mustPut(t, q, "dies", TTL(ttl))
+		mustPut(t, q, "dies with a priority", TTL(ttl), Priority(2))
+		mustPut(t, q, "lives", TTL(time.Hour))
 		if err := q.Publish("plain"); err != nil {
 			t.Fatal(err)
 		}
@@ -629,7 +613,7 @@ func TestExpiredDeliveryIsKeptInRejectedWhenConfigured(t *testing.T) {
 		c2 := openT(t, b, "keep-other", ns)
 		q := openQueue(t, c2, "q")
 		const ttl = 300 * time.Millisecond
-		schedPut(t, q, "x", TTL(ttl))
+		mustPut(t, q, "x", TTL(ttl))
 		clock.pass(ttl + 200*time.Millisecond)
 		schedNothingReady(t, q, "after the TTL")
 		schedWantStats(t, c, "q", schedCounts{expired: 1, rejected: 1})
@@ -639,7 +623,7 @@ func TestExpiredDeliveryIsKeptInRejectedWhenConfigured(t *testing.T) {
 		if n, err := q.ReturnRejected(10); err != nil || n != 1 {
 			t.Fatalf("ReturnRejected: %d %v", n, err)
 		}
-		d := schedTake(t, q, 0)
+		d := mustTake(t, q, 0)
 		if d.Payload() != "x" || d.Attempts() != 1 {
 			t.Fatalf("returned delivery: %q with %d attempts, want x with 1", d.Payload(), d.Attempts())
 		}
@@ -665,15 +649,15 @@ func TestTTLOfADelayedDeliveryCountsFromItsDueTime(t *testing.T) {
 		// would be over before the delivery is due.
 		const delay, ttl = 500 * time.Millisecond, 300 * time.Millisecond
 		start := time.Now()
-		schedPut(t, q, "a", Delay(delay), TTL(ttl))
-		schedPut(t, q, "b", Delay(delay), TTL(ttl))
+		mustPut(t, q, "a", Delay(delay), TTL(ttl))
+		mustPut(t, q, "b", Delay(delay), TTL(ttl))
 
 		var d Delivery
 		if b.mini != nil {
 			clock.skip(delay + ttl - time.Millisecond)
-			d = schedTake(t, q, 0)
+			d = mustTake(t, q, 0)
 		} else {
-			d = schedTake(t, q, 5*time.Second)
+			d = mustTake(t, q, 5*time.Second)
 		}
 		if d.Payload() != "a" {
 			t.Fatalf("took %q, want a", d.Payload())
@@ -697,8 +681,8 @@ func TestTakenDeliveryCanBeAckedAfterItsTTL(t *testing.T) {
 		c := openT(t, b, "ttl-ack", namespace())
 		q := openQueue(t, c, "q")
 		const ttl = 200 * time.Millisecond
-		schedPut(t, q, "x", TTL(ttl))
-		d := schedTake(t, q, 0)
+		mustPut(t, q, "x", TTL(ttl))
+		d := mustTake(t, q, 0)
 		clock.pass(ttl + 200*time.Millisecond)
 		if err := d.Ack(); err != nil {
 			t.Fatalf("ack after the TTL: %v", err)
@@ -727,8 +711,8 @@ func TestPublishDefaultsApplyToPublishAndPutAndPutOverridesThem(t *testing.T) {
 		if err := q.PublishBytes([]byte("published bytes")); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "put")
-		schedPut(t, q, "overridden", Priority(1), Header(http.Header{"Origin": {"put"}}))
+		mustPut(t, q, "put")
+		mustPut(t, q, "overridden", Priority(1), Header(http.Header{"Origin": {"put"}}))
 
 		ds, err := plain.TakeBatch(ctx, 10, 0)
 		if err != nil {
@@ -751,8 +735,8 @@ func TestPublishDefaultsApplyToPublishAndPutAndPutOverridesThem(t *testing.T) {
 		if err := later.PublishBytes([]byte("b")); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, later, "c")
-		schedPut(t, later, "now", Delay(0))
+		mustPut(t, later, "c")
+		mustPut(t, later, "now", Delay(0))
 		schedWantStats(t, c, "q", schedCounts{ready: 1, delayed: 3, unacked: 5})
 		schedWantOrder(t, "Delay(0) overrides the default", schedTakeAll(t, plain), "now")
 	})
@@ -771,17 +755,17 @@ func TestBadSchedulingInputIsRefusedAndChangesNothing(t *testing.T) {
 		// Some of everything: a held delivery with a lease, a rejected
 		// one, ready ones at two levels, a delayed one, and a queue
 		// nobody took from.
-		schedPut(t, q, "held", Priority(9), TTR(time.Hour))
-		held := schedTake(t, q, 0)
-		schedPut(t, q, "rejected", Priority(9))
-		if err := schedTake(t, q, 0).Reject(); err != nil {
+		mustPut(t, q, "held", Priority(9), TTR(time.Hour))
+		held := mustTake(t, q, 0)
+		mustPut(t, q, "rejected", Priority(9))
+		if err := mustTake(t, q, 0).Reject(); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.Publish("ready"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "priority", Priority(4))
-		schedPut(t, q, "delayed", Delay(time.Hour))
+		mustPut(t, q, "priority", Priority(4))
+		mustPut(t, q, "delayed", Delay(time.Hour))
 		untaken := openQueue(t, c, "untaken")
 		before := schedKeys(t, b, c)
 
@@ -879,10 +863,10 @@ func TestStatsShowDelayedAndExpired(t *testing.T) {
 		c := openT(t, b, "stats", namespace())
 		q := openQueue(t, c, "q")
 		for i := range 3 {
-			schedPut(t, q, fmt.Sprint("delayed ", i), Delay(time.Hour))
+			mustPut(t, q, fmt.Sprint("delayed ", i), Delay(time.Hour))
 		}
-		schedPut(t, q, "expires 1", TTL(50*time.Millisecond))
-		schedPut(t, q, "expires 2", TTL(50*time.Millisecond), Priority(1))
+		mustPut(t, q, "expires 1", TTL(50*time.Millisecond))
+		mustPut(t, q, "expires 2", TTL(50*time.Millisecond), Priority(1))
 		clock.pass(250 * time.Millisecond)
 		schedNothingReady(t, q, "after the TTL")
 		if err := q.Publish("ready"); err != nil {
@@ -935,17 +919,17 @@ func TestPurgeReadyRemovesEveryPriorityLevel(t *testing.T) {
 		if err := q.Publish("a", "b"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "c", Priority(3))
-		schedPut(t, q, "d", Priority(MaxPriority))
-		schedPut(t, q, "e", Priority(MaxPriority))
-		schedPut(t, q, "later", Delay(time.Hour))
+		mustPut(t, q, "c", Priority(3))
+		mustPut(t, q, "d", Priority(MaxPriority))
+		mustPut(t, q, "e", Priority(MaxPriority))
+		mustPut(t, q, "later", Delay(time.Hour))
 		if n, err := q.PurgeReady(); err != nil || n != 5 {
 			t.Fatalf("PurgeReady: %d %v, want 5", n, err)
 		}
 		schedWantStats(t, c, "q", schedCounts{delayed: 1})
 		schedNothingReady(t, q, "after PurgeReady")
 		// The levels work as before.
-		schedPut(t, q, "again", Priority(3))
+		mustPut(t, q, "again", Priority(3))
 		if err := q.Publish("plain"); err != nil {
 			t.Fatal(err)
 		}
@@ -960,9 +944,9 @@ func TestDrainTakesTheHighestPriorityFirst(t *testing.T) {
 		if err := q.Publish("0a"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "2a", Priority(2))
-		schedPut(t, q, "7", Priority(7))
-		schedPut(t, q, "2b", Priority(2))
+		mustPut(t, q, "2a", Priority(2))
+		mustPut(t, q, "7", Priority(7))
+		mustPut(t, q, "2b", Priority(2))
 		if err := q.Publish("0b"); err != nil {
 			t.Fatal(err)
 		}
@@ -986,19 +970,19 @@ func TestDestroyAlsoEmptiesDelayed(t *testing.T) {
 		ns := namespace()
 		c := openT(t, b, "destroy", ns)
 		q := openQueue(t, c, "q")
-		schedPut(t, q, "expires", TTL(50*time.Millisecond))
+		mustPut(t, q, "expires", TTL(50*time.Millisecond))
 		clock.pass(200 * time.Millisecond)
 		schedNothingReady(t, q, "after the TTL")
-		schedPut(t, q, "rejected", Priority(9))
-		if err := schedTake(t, q, 0).Reject(); err != nil {
+		mustPut(t, q, "rejected", Priority(9))
+		if err := mustTake(t, q, 0).Reject(); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.Publish("ready"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "priority", Priority(5))
-		schedPut(t, q, "delayed 1", Delay(300*time.Millisecond))
-		schedPut(t, q, "delayed 2", Delay(300*time.Millisecond), Priority(2))
+		mustPut(t, q, "priority", Priority(5))
+		mustPut(t, q, "delayed 1", Delay(300*time.Millisecond))
+		mustPut(t, q, "delayed 2", Delay(300*time.Millisecond), Priority(2))
 		schedWantStats(t, c, "q", schedCounts{ready: 2, delayed: 2, expired: 1, rejected: 1})
 
 		ready, rejected, err := q.Destroy()
@@ -1023,13 +1007,13 @@ func TestRemoveFindsPayloadsInPriorityLists(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "remove", namespace())
 		q := openQueue(t, c, "q")
-		schedPut(t, q, "x", Priority(4))
+		mustPut(t, q, "x", Priority(4))
 		if err := q.Publish("x"); err != nil {
 			t.Fatal(err)
 		}
-		schedPut(t, q, "y", Priority(4))
-		schedPut(t, q, "x", Priority(MaxPriority))
-		schedPut(t, q, "z")
+		mustPut(t, q, "y", Priority(4))
+		mustPut(t, q, "x", Priority(MaxPriority))
+		mustPut(t, q, "z")
 		if err := q.Remove("x", 0, false); err != nil {
 			t.Fatal(err)
 		}
@@ -1060,7 +1044,7 @@ func TestCleanerPromotesDueDeliveriesOfAnUnconsumedQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range prioCount {
-			schedPut(t, q, fmt.Sprint("high ", i), Priority(4))
+			mustPut(t, q, fmt.Sprint("high ", i), Priority(4))
 		}
 		schedWantStats(t, c, "q", schedCounts{delayed: plainCount + prioCount})
 
