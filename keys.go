@@ -87,4 +87,7 @@ func newQueueKeys(ns, name string) queueKeys {
 
 func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" + conn }
 
+// level is the ready list of priority p (1..MaxPriority; 0 is ready).
+func (k queueKeys) level(p string) string { return k.ready + ":" + p }
+
 func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" + conn }

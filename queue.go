@@ -739,7 +739,7 @@ func (q *redisQueue) RemoveContext(ctx context.Context, payload string, count in
 	var removed int64
 	lists := []string{q.keys.ready}
 	for _, p := range levels {
-		lists = append([]string{q.keys.ready + ":" + p}, lists...)
+		lists = append([]string{q.keys.level(p)}, lists...)
 	}
 	for _, list := range lists {
 		left := count

@@ -304,14 +304,18 @@ local function expire_leases(P, now, max)
 end
 
 -- Restart the time to live of e, which goes back to ready without having
--- been handled (handed back by a stopping consumer, or pushed on).
+-- been handled (handed back by a stopping consumer, or pushed on). Returns
+-- the envelope and its priority.
 local function fresh_ttl(e, now)
   local m, stop = meta(e)
-  if m and m[4] > 0 then
-    m[5] = now + m[4]
-    return with_meta(e, m, stop)
+  if not m then
+    return e, 0
   end
-  return e
+  if m[4] > 0 then
+    m[5] = now + m[4]
+    e = with_meta(e, m, stop)
+  end
+  return e, m[2]
 end
 
 -- Drop deliveries whose time to live ran out from the front of each ready

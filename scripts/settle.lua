@@ -55,13 +55,13 @@ for i = 6, #ARGV do
       if mode ~= 'A' then
         -- handed back or pushed on: it waits in a ready list again, so its
         -- time to live starts again (rejected ones get it back when kicked)
+        local p = 0
         if string.byte(e, 1) == 3 then
           now = now or now_ms()
-          e = fresh_ttl(e, now)
+          e, p = fresh_ttl(e, now)
         end
         if mode == 'R' then
-          local m = meta(e)
-          add_level(groups, m and m[2] or 0, e)
+          add_level(groups, p, e)
         else
           redis.call('LPUSH', KEYS[2], e)
         end
