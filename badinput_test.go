@@ -75,6 +75,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			_, err = c.CollectStats([]string{name})
 			wantArgError(t, "CollectStats("+name+")", err)
 		}
+		sameSnapshot(t, "refused queue names", before, snapshot(t, b, c))
 		if _, err := c.OpenQueue(strings.Repeat("n", 200)); err != nil {
 			t.Fatalf("a 200-byte name is valid: %v", err)
 		}
