@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,8 @@ type redisConnection struct {
 	ids       *idSource
 	acks      *committer
 	publisher *publisher
-	handles   atomic.Int64 // numbers queue handles
+	handles   atomic.Int64  // numbers queue handles
+	tokens    atomic.Uint64 // numbers calls that Redis remembers (see nextToken)
 
 	mu       sync.Mutex
 	queues   []*redisQueue // queues that started consuming
@@ -135,6 +137,12 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	go c.heartbeatLoop(hbCtx)
 	return c, nil
 }
+
+// nextToken returns a token for a call that Redis remembers, so that the
+// same call sent again after a lost reply is answered with the outcome of
+// the first (see remove_held in scripts/lib.lua). Tokens are unique per
+// connection.
+func (c *redisConnection) nextToken() string { return strconv.FormatUint(c.tokens.Add(1), 10) }
 
 // Name returns the connection's full name, tag-<random>, as it appears in
 // Redis and in stats.

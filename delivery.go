@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +60,7 @@ type Delivery interface {
 type redisDelivery struct {
 	q       *redisQueue
 	id      string
+	fence   string // of the fetch call that took it (see fetch.lua)
 	payload string
 	meta
 	// leaseEnd is when the lease runs out by this process's clock (unix
@@ -72,9 +72,9 @@ type redisDelivery struct {
 	onTouch atomic.Pointer[func(time.Time)]
 }
 
-func newDelivery(q *redisQueue, s string, sent time.Time) *redisDelivery {
+func newDelivery(q *redisQueue, s, fence string, sent time.Time) *redisDelivery {
 	env, _ := decodeEnvelope(s)
-	d := &redisDelivery{q: q, id: env.id, payload: env.payload, meta: env.meta}
+	d := &redisDelivery{q: q, id: env.id, fence: fence, payload: env.payload, meta: env.meta}
 	if d.ttr > 0 {
 		d.leaseEnd.Store(sent.Add(d.ttr).UnixNano())
 	}
@@ -88,21 +88,11 @@ func (d *redisDelivery) Attempts() int          { return d.attempts + 1 }
 func (d *redisDelivery) PublishedAt() time.Time { return publishedAt(d.id) }
 func (d *redisDelivery) String() string         { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
 
-// ref names the delivery to the settle script: its id, and for a delivery
-// with a lease also the attempt it was taken at, so that a holder whose
-// lease ran out cannot act on a later take of the same delivery by the same
-// connection (see held in scripts/lib.lua). Plain acks stay a bare HDEL.
-func (d *redisDelivery) ref() string {
-	if d.ttr > 0 {
-		return d.attemptRef()
-	}
-	return d.id
-}
-
-// attemptRef always names the attempt (see ref). The verbs on one delivery
-// use it: they have no reply token, so a retry after a lost reply must not
-// act on a later take of the delivery by this connection.
-func (d *redisDelivery) attemptRef() string { return d.id + "@" + strconv.Itoa(d.attempts) }
+// ref names this take of the delivery to the scripts: its field in the
+// connection's unacked hash, the id followed by the take's fence (see
+// fetch.lua). A later take of the same delivery has another fence, so a
+// verb on this handle can never act on it.
+func (d *redisDelivery) ref() string { return d.id + d.fence }
 
 // leaseOver reports whether the delivery's lease has run out by this
 // process's clock (never, without a lease; the clock is read only then).
@@ -167,8 +157,9 @@ func (d *redisDelivery) rejectWith(ctx context.Context, env []byte) error {
 // single runs one of the scripts that act on one delivery and reply
 // {registered, code}.
 func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.Script, arg any) error {
+	token := d.q.conn.nextToken()
 	return d.retry(ctx, verb, false, time.Time{}, func(ctx context.Context) (int64, bool, error) {
-		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.attemptRef(), arg).Result()
+		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
 		if err != nil {
 			return 0, false, err
 		}
@@ -226,10 +217,9 @@ func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, li
 
 // Codes the scripts give per delivery.
 const (
-	codeMissing    = 0 // not in this connection's storage
-	codeDone       = 1
-	codeLost       = 2 // not there: its lease ran out and it went back to ready
-	codeSuperseded = 3 // held again under a later attempt, not by a lost lease
+	codeMissing = 0 // not in this connection's storage
+	codeDone    = 1
+	codeLost    = 2 // not there: its lease ran out and it went back to ready
 )
 
 // outcome turns a script's answer about one delivery into the verb's error.
@@ -243,8 +233,7 @@ func (c *redisConnection) outcome(verb string, code int64, registered, retried b
 	case code == codeLost:
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)
 	case retried:
-		// An earlier try reached Redis and did the work (missing), or did
-		// it and the delivery was taken again since (superseded).
+		// An earlier try reached Redis and did the work.
 		return nil
 	default:
 		return fmt.Errorf("redq: %s: %w", verb, ErrorNotFound)

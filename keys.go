@@ -19,24 +19,27 @@ import "fmt"
 //	ns:{name}:levels               sorted set of the priorities in use
 //	ns:{name}:delayed              sorted set of envelopes by due time (ms,
 //	                               Redis's clock)
-//	ns:{name}:leases               sorted set of id+connection by the time the
+//	ns:{name}:leases               sorted set of take:connection by the time the
 //	                               lease of a taken delivery with a TTR ends
 //	ns:{name}:rejected             list of envelopes
 //	ns:{name}:meta                 hash: expired (count), keep_expired (0/1)
 //	ns:{name}:consumers            hash connection -> number of consumers; a
 //	                               connection may hold unacked deliveries of the
 //	                               queue only while it has a field here
-//	ns:{name}:unacked:<connection> hash delivery id -> envelope
+//	ns:{name}:unacked:<connection> hash take -> envelope, where a take is the
+//	                               delivery id followed by the fence of the
+//	                               fetch call that took it
+//	ns:{name}:fence                counter: one fence per fetch call
 //	ns:{name}:replies:<connection> hash: the last reply of fetch calls (per queue
 //	                               handle or Take slot) and settle calls (per
-//	                               flush slot)
-//	ns:{name}:lost:<connection>    sorted set of id@attempt, by Redis time, of the
-//	                               deliveries whose lease ran out while the
-//	                               connection held them (kept a day)
-//	ns:{name}:done:<connection>    sorted set of id@attempt, by Redis time, of the
-//	                               deliveries the connection released or
-//	                               rejected with a reason (receipts that make a
-//	                               repeated call answer done; kept ten minutes)
+//	                               flush slot); a cleaner leaves it to expire
+//	ns:{name}:lost:<connection>    sorted set of takes, by Redis time, whose
+//	                               lease ran out while the connection held them
+//	                               (kept a day)
+//	ns:{name}:done:<connection>    sorted set of take|token, by Redis time: the
+//	                               receipts of releases and rejections with a
+//	                               reason, so that the same call sent again
+//	                               answers done (kept an hour)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another

@@ -40,9 +40,9 @@ func (c *redisClock) advance(d time.Duration) {
 
 // queueLeftovers lists the keys of q that still hold deliveries or leases
 // (ready of any priority, levels, delayed, leases, rejected, unacked).
-// Registration and idempotence bookkeeping (consumers, replies, meta, seq),
-// the notes of lost leases (which age out after a day) and the receipts of
-// releases (ten minutes; see scripts/lib.lua) do not count.
+// Registration and idempotence bookkeeping (consumers, replies, meta, seq,
+// fence), the notes of lost leases (which age out after a day) and the
+// receipts of releases (see REPLY_KEEP in scripts/lib.lua) do not count.
 func queueLeftovers(t testing.TB, b backend, q *redisQueue) []string {
 	t.Helper()
 	keys, err := b.client.Keys(context.Background(), q.keys.prefix+":*").Result()
@@ -53,7 +53,7 @@ func queueLeftovers(t testing.TB, b backend, q *redisQueue) []string {
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, q.keys.prefix+":")
 		switch {
-		case rest == "consumers", rest == "meta", rest == "seq",
+		case rest == "consumers", rest == "meta", rest == "seq", rest == "fence",
 			strings.HasPrefix(rest, "replies:"), strings.HasPrefix(rest, "lost:"), strings.HasPrefix(rest, "done:"):
 		default:
 			left = append(left, rest)
@@ -542,10 +542,11 @@ func TestEveryStaleHandleOfALeaseLostTwiceLearnsWhy(t *testing.T) {
 	})
 }
 
-// Release has no reply token: a retry after a lost reply repeats the same
-// call. The repeat answers done (the receipt of the first), also when the
-// delivery was taken again by the same connection in between, and it must
-// not release that new take.
+// A Release whose reply was lost is sent again under the same token: the
+// repeat answers done from the receipt of the first, also when the
+// delivery was taken again by the same connection in between, and it does
+// not release that new take. A second Release call (a new token) on the
+// same handle is refused.
 func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "c", namespace())
@@ -554,16 +555,32 @@ func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
 		if err := q.Publish("p"); err != nil {
 			t.Fatal(err)
 		}
-		d := take(t, q, 1)[0]
-		if err := d.Release(ctx, 0); err != nil {
-			t.Fatal(err)
+		d := take(t, q, 1)[0].(*redisDelivery)
+		release := func() []int64 {
+			t.Helper()
+			v, err := scripts.release.Run(ctx, b.client, []string{q.keys.ready}, q.keys.prefix, c.name, d.ref(), "token-1", 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, err := int64s(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ns
+		}
+		if got := release(); got[0] != 1 || got[1] != codeDone {
+			t.Fatalf("release: %v", got)
 		}
 		d2 := take(t, q, 1)[0]
 		if d2.Attempts() != 2 {
 			t.Fatalf("re-take attempts %d, want 2", d2.Attempts())
 		}
-		if err := d.Release(ctx, 0); err != nil {
-			t.Fatalf("repeated Release: %v, want nil (it was done)", err)
+		if got := release(); got[0] != 1 || got[1] != codeDone {
+			t.Fatalf("the same release sent again: %v, want {1, 1} (it was done)", got)
+		}
+		wantCounts(t, c, "q", 0, 0, 1)
+		if err := d.Release(ctx, 0); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("a second Release call on the released handle: %v, want ErrorNotFound", err)
 		}
 		wantCounts(t, c, "q", 0, 0, 1)
 		if err := d2.Ack(); err != nil {
@@ -572,6 +589,64 @@ func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
 		// An Ack on the released handle is still refused.
 		if err := d.Ack(); !errors.Is(err, ErrorNotFound) {
 			t.Fatalf("Ack after Release: %v, want ErrorNotFound", err)
+		}
+	})
+}
+
+// A take without a lease that went back to ready (Release, or Reject and
+// ReturnRejected, which resets the attempts) and was taken again by the
+// same connection is a new take: every verb on the old handle is refused
+// with ErrorNotFound and leaves the new take alone, and the new holder's
+// verbs work.
+func TestStaleHandleWithoutLeaseCannotSettleALaterTake(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, how := range []string{"release", "reject and return"} {
+			t.Run(how, func(t *testing.T) {
+				c := openT(t, b, "worker", namespace())
+				q := openQueue(t, c, "jobs")
+				ctx := context.Background()
+				if err := q.Publish("job"); err != nil {
+					t.Fatal(err)
+				}
+				stale := mustTake(t, q, time.Second)
+				switch how {
+				case "release":
+					if err := stale.Release(ctx, 0); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					if err := stale.Reject(); err != nil {
+						t.Fatal(err)
+					}
+					if n, err := q.ReturnRejected(1); err != nil || n != 1 {
+						t.Fatalf("return rejected: %d, %v", n, err)
+					}
+				}
+				d := mustTake(t, q, time.Second)
+				if d.ID() != stale.ID() {
+					t.Fatalf("retook %s, want %s", d.ID(), stale.ID())
+				}
+				for verb, err := range map[string]error{
+					"ack":     stale.Ack(),
+					"reject":  stale.Reject(),
+					"push":    stale.Push(),
+					"release": stale.Release(ctx, 0),
+					"touch":   stale.Touch(ctx),
+					"batch":   Deliveries{stale}.Ack()[0],
+				} {
+					if !errors.Is(err, ErrorNotFound) || errors.Is(err, ErrorLeaseLost) || errors.Is(err, ErrorConnectionLost) {
+						t.Errorf("stale %s: %v, want ErrorNotFound alone", verb, err)
+					}
+				}
+				wantCounts(t, c, "jobs", 0, 0, 1)
+				if err := d.Touch(ctx); err != nil {
+					t.Fatalf("new take's touch: %v", err)
+				}
+				if err := d.Ack(); err != nil {
+					t.Fatalf("new take's ack: %v", err)
+				}
+				wantNothingLeft(t, b, c, q)
+			})
 		}
 	})
 }
@@ -591,7 +666,7 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		// the fetch loop's call under token 7: it ran, but say its reply was lost
-		if res, _, err := q.takeRaw(ctx, 1, q.fetchField(), 7); err != nil || len(res) != 1 {
+		if res, err := q.takeRaw(ctx, 1, q.fetchField(), 7); err != nil || len(res.envs) != 1 {
 			t.Fatal(res, err)
 		}
 		if b.mini != nil {
@@ -604,12 +679,12 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 		if err != nil || d2.Attempts() != 2 {
 			t.Fatalf("take after the lease ran out: %v, %v", d2, err)
 		}
-		again, _, err := q.takeRaw(ctx, 1, q.fetchField(), 7)
+		again, err := q.takeRaw(ctx, 1, q.fetchField(), 7)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(again) != 0 {
-			t.Fatalf("the repeated fetch handed out %d deliveries, want none (attempt 2 is Take's)", len(again))
+		if len(again.envs) != 0 {
+			t.Fatalf("the repeated fetch handed out %d deliveries, want none (the second take is Take's)", len(again.envs))
 		}
 		if err := d2.Ack(); err != nil {
 			t.Fatal(err)
@@ -632,15 +707,15 @@ func TestRepeatedFetchReturnsAReleasedDeliveryAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// "second" (attempt 0) then "first" (attempt 1), under token 9
-		res, _, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
-		if err != nil || len(res) != 2 {
+		res, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		if err != nil || len(res.envs) != 2 {
 			t.Fatal(res, err)
 		}
-		again, _, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
-		if err != nil || len(again) != 2 || again[0] != res[0] || again[1] != res[1] {
-			t.Fatalf("repeat gave %d deliveries (%v), want the same two", len(again), err)
+		again, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		if err != nil || len(again.envs) != 2 || again.envs[0] != res.envs[0] || again.envs[1] != res.envs[1] || again.fence != res.fence {
+			t.Fatalf("repeat gave %d deliveries under fence %s (%v), want the same two under %s", len(again.envs), again.fence, err, res.fence)
 		}
-		if got := newDelivery(q, again[1], time.Now()); got.Payload() != "first" || got.Attempts() != 2 {
+		if got := newDelivery(q, again.envs[1], again.fence, time.Now()); got.Payload() != "first" || got.Attempts() != 2 {
 			t.Fatalf("repeat's second delivery %q attempt %d, want first at 2", got.Payload(), got.Attempts())
 		}
 	})

@@ -443,7 +443,9 @@ func procQueueState(c Connection, queue string) string {
 
 // procWantEmpty asserts that nothing of the queue is left in Redis: no
 // ready, rejected or unacked deliveries, no unacked storage of any
-// connection, and a cleaner finds nothing to return.
+// connection, and a cleaner finds nothing to return. What may stay: the
+// registrations, the counters, and the records that answer repeated calls
+// of dead connections, which must be on their way out (a TTL).
 func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection, ns, queue string) {
 	t.Helper()
 	wantCounts(t, admin, queue, 0, 0, 0)
@@ -456,7 +458,12 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 		t.Fatal(err)
 	}
 	for _, key := range keys {
-		if key == k.consumers || key == k.prefix+":seq" {
+		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" {
+			continue
+		}
+		rest := strings.TrimPrefix(key, k.prefix+":")
+		bookkeeping := strings.HasPrefix(rest, "replies:") || strings.HasPrefix(rest, "done:") || strings.HasPrefix(rest, "published:")
+		if ttl := client.PTTL(context.Background(), key).Val(); bookkeeping && ttl > 0 {
 			continue
 		}
 		typ, _ := client.Type(context.Background(), key).Result()
@@ -1456,8 +1463,8 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Release names the delivery as id@attempt: lose that reply.
-		ref := d.(*redisDelivery).attemptRef()
+		// Release names the take by its field: lose that reply.
+		ref := d.(*redisDelivery).ref()
 		p.arm(fmt.Sprintf("$%d\r\n%s\r\n", len(ref), ref))
 		err = d.Release(context.Background(), 0)
 		if p.trips() != 1 {
@@ -1484,9 +1491,10 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		procPublish(t, openQueue(t, admin, "jobs"), []string{"only"})
 		q := openQueue(t, worker, "jobs")
 		ds := hold(t, q, 1, 1)
-		// Only a request that settles the delivery names its id (fetches
+		// Only a request that settles the delivery names its take (fetches
 		// and waits do not): lose the reply of that one.
-		p.arm("$16\r\n" + ds[0].(*redisDelivery).id + "\r\n")
+		ref := ds[0].(*redisDelivery).ref()
+		p.arm(fmt.Sprintf("$%d\r\n%s\r\n", len(ref), ref))
 		err := ds[0].Ack()
 		if p.trips() != 1 {
 			t.Fatalf("the proxy lost %d replies, want 1", p.trips())

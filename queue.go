@@ -455,44 +455,55 @@ func waitFor(poll time.Duration, hint int64) time.Duration {
 // the fetch script's hint (see fetch.lua).
 func (q *redisQueue) fetch(ctx context.Context, n int64) (int, int64, error) {
 	sent := time.Now()
-	res, hint, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken)
+	t, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken)
 	if err != nil {
 		return 0, 0, err
 	}
 	q.fetchToken++
 	size := 0
-	for _, s := range res {
+	for _, s := range t.envs {
 		size += len(s)
-		q.buf <- newDelivery(q, s, sent)
+		q.buf <- newDelivery(q, s, t.fence, sent)
 	}
-	if len(res) > 0 {
-		q.itemSize = max(1, size/len(res))
+	if len(t.envs) > 0 {
+		q.itemSize = max(1, size/len(t.envs))
 	}
-	return len(res), hint, nil
+	return len(t.envs), t.hint, nil
+}
+
+// taken is what one fetch call took: the envelopes, the fence of the take
+// (see fetch.lua) and the hint.
+type taken struct {
+	envs  []string
+	fence string
+	hint  int64
 }
 
 // takeRaw runs the fetch script under a field of the replies hash and a
-// token (see fetch.lua) and returns the envelopes and the hint.
-func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64) ([]string, int64, error) {
+// token (see fetch.lua).
+func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64) (taken, error) {
 	v, err := scripts.fetch.Run(ctx, q.conn.client, []string{q.keys.ready},
 		q.keys.prefix, q.conn.name, n, token, field).Slice()
 	if err != nil {
-		return nil, 0, err
+		return taken{}, err
 	}
-	if len(v) == 0 {
-		return nil, 0, errors.New("redq: empty reply from fetch")
+	if len(v) < 2 {
+		return taken{}, fmt.Errorf("redq: short reply from fetch: %v", v)
 	}
-	hint, ok := v[len(v)-1].(int64)
-	if !ok {
-		return nil, 0, fmt.Errorf("redq: unexpected fetch hint %v", v[len(v)-1])
+	fence, ok1 := v[len(v)-2].(int64)
+	hint, ok2 := v[len(v)-1].(int64)
+	if !ok1 || !ok2 {
+		return taken{}, fmt.Errorf("redq: unexpected fetch fence and hint %v, %v", v[len(v)-2], v[len(v)-1])
 	}
-	out := make([]string, len(v)-1)
-	for i, x := range v[:len(v)-1] {
-		if out[i], ok = x.(string); !ok {
-			return nil, 0, fmt.Errorf("redq: unexpected fetch reply element %T", x)
+	t := taken{envs: make([]string, len(v)-2), fence: strconv.FormatInt(fence, 10), hint: hint}
+	for i, x := range v[:len(v)-2] {
+		s, ok := x.(string)
+		if !ok {
+			return taken{}, fmt.Errorf("redq: unexpected fetch reply element %T", x)
 		}
+		t.envs[i] = s
 	}
-	return out, hint, nil
+	return t, nil
 }
 
 // next waits for the next delivery; false once consuming stops.

@@ -79,7 +79,7 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 		for int64(len(out)) < max {
 			sent := time.Now()
 			want := min(max-int64(len(out)), fetchChunk)
-			res, h, err := q.takeRetrying(ctx, want, slot, deadline)
+			res, err := q.takeRetrying(ctx, want, slot, deadline)
 			if err != nil {
 				if isLost(err) {
 					go q.conn.connectionLost()
@@ -91,11 +91,11 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
 			slot.token++
-			for _, s := range res {
-				out = append(out, newDelivery(q, s, sent))
+			for _, s := range res.envs {
+				out = append(out, newDelivery(q, s, res.fence, sent))
 			}
-			hint = h
-			if int64(len(res)) < want && h != 0 {
+			hint = res.hint
+			if int64(len(res.envs)) < want && hint != 0 {
 				break
 			}
 		}
@@ -128,15 +128,15 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 // the repeat carries the same token, so deliveries the first try took but
 // whose reply was lost come back to this call instead of waiting in this
 // connection's storage for a later call on the same slot.
-func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, deadline time.Time) ([]string, int64, error) {
+func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, deadline time.Time) (taken, error) {
 	for attempt := 1; ; attempt++ {
-		res, hint, err := q.takeRaw(ctx, n, slot.field, slot.token)
+		t, err := q.takeRaw(ctx, n, slot.field, slot.token)
 		if err == nil || isLost(err) || ctx.Err() != nil || (attempt > 1 && time.Now().After(deadline)) {
-			return res, hint, err
+			return t, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, err
+			return taken{}, err
 		case <-time.After(backoff(attempt, 100*time.Millisecond)):
 		}
 	}

@@ -1,5 +1,5 @@
 -- Take up to ARGV[3] deliveries into the connection's unacked hash and
--- return {e1, ..., en, hint}. Before taking, it returns deliveries whose
+-- return {e1, ..., en, fence, hint}. Before taking, it returns deliveries whose
 -- lease ran out and moves due delayed deliveries to ready (bounded), so a
 -- consuming queue needs no forwarder. It takes the highest priority first,
 -- drops deliveries whose time to live ran out (counting them), and starts a
@@ -12,12 +12,20 @@
 -- Refuses (error LOST) when the connection is not registered for the queue
 -- any more: a cleaner returned its deliveries.
 --
--- A call is idempotent per token: field ARGV[5] (the queue handle) of the
--- connection's replies hash remembers the handle's last token and the ids
--- it took (with their attempts), and a call with the same token (the
+-- Every take gets a fence: one number per call from the queue's fence
+-- counter. A delivery is stored in the unacked hash under its id followed
+-- by the fence (see lease_member in lib.lua), and the verbs name that
+-- field, so that a handle of an earlier take can never act on this one.
+--
+-- A call is idempotent per token: field ARGV[5] (the queue handle, or a
+-- Take slot) of the connection's replies hash remembers the last token,
+-- the fence and the ids it took, and a call with the same token (the
 -- client did not get the reply, or go-redis sent the script again) returns
--- those deliveries again (the ones still held) instead of taking more. Without this, a lost reply would
--- leave deliveries in a live connection's storage that nobody works on.
+-- those deliveries again (the ones still held under that fence) instead of
+-- taking more. Without this, a lost reply would leave deliveries in a live
+-- connection's storage that nobody works on.
+--
+-- Returns {e1, ..., en, fence, hint}.
 --
 -- KEYS[1] ready (routes the call)
 -- ARGV[1] queue prefix, ARGV[2] connection, ARGV[3] how many, ARGV[4]
@@ -30,28 +38,19 @@ end
 local now = now_ms()
 local last = redis.call('HGET', rk, field)
 if last and string.sub(last, 1, #token + 1) == token .. '|' then
-  -- The record is token|count|ids, then "i:attempts," for each delivery
-  -- taken at an attempt other than 0: give back those still held at the
-  -- attempt taken (a delivery whose lease ran out may be held again under
-  -- a later attempt, by another caller).
+  -- The record is token|fence|ids.
+  local fence, pos = string.match(last, '^(%d+)|()', #token + 2)
+  local fields = {}
+  for i = pos, #last, IDLEN do
+    fields[#fields + 1] = string.sub(last, i, i + IDLEN - 1) .. fence
+  end
   local out = {}
-  local count, pos = string.match(last, '^(%d+)|()', #token + 2)
-  count = tonumber(count)
-  if count > 0 then
-    local ids, want = {}, {}
-    for i = 1, count do
-      ids[i] = string.sub(last, pos + (i - 1) * IDLEN, pos + i * IDLEN - 1)
-      want[i] = 0
-    end
-    for i, a in string.gmatch(string.sub(last, pos + count * IDLEN), '(%d+):(%d+),') do
-      want[tonumber(i)] = tonumber(a)
-    end
-    for i, e in ipairs(redis.call('HMGET', uk, unpack(ids))) do
-      if e and meta_of(e)[1] == want[i] then
-        out[#out + 1] = e
-      end
+  for _, e in ipairs(redis.call('HMGET', uk, unpack(fields))) do
+    if e then
+      out[#out + 1] = e
     end
   end
+  out[#out + 1] = tonumber(fence)
   out[#out + 1] = 0
   return out
 end
@@ -60,8 +59,9 @@ promote(P, now, math.max(n, 100))
 local items, more = pop_ready(P, n)
 -- Kept deliveries are compacted to the front of items (dropped ones are
 -- rare), which then is the reply.
-local kv, ids, seen, again_at = {}, {}, {}, {}
+local kv, ids, seen = {}, {}, {}
 local lk = P .. ':leases'
+local fence = nil
 local k = 0
 for i = 1, #items do
   local e = items[i]
@@ -87,16 +87,14 @@ for i = 1, #items do
         e = string.sub(e, 1, 1) .. id .. string.sub(e, IDLEN + 2)
       end
       seen[id] = true
-      kv[#kv + 1] = id
+      fence = fence or tostring(redis.call('INCR', P .. ':fence'))
+      kv[#kv + 1] = id .. fence
       kv[#kv + 1] = e
       ids[#ids + 1] = id
-      if m and m[1] > 0 then
-        again_at[#again_at + 1] = #ids .. ':' .. m[1] .. ','
-      end
       k = k + 1
       items[k] = e
       if m and m[3] > 0 then
-        redis.call('ZADD', lk, now + m[3], id .. conn)
+        redis.call('ZADD', lk, now + m[3], lease_member(id .. fence, conn))
       end
     end
   end
@@ -106,11 +104,12 @@ for i = #items, k + 1, -1 do
 end
 if #kv > 0 then
   redis.call('HSET', uk, unpack(kv))
+  redis.call('HSET', rk, field, token .. '|' .. fence .. '|' .. table.concat(ids))
 end
-redis.call('HSET', rk, field, token .. '|' .. #ids .. '|' .. table.concat(ids) .. table.concat(again_at))
 local hint = 0
 if not more then
   hint = next_event(P, now)
 end
-items[k + 1] = hint
+items[k + 1] = tonumber(fence or 0)
+items[k + 2] = hint
 return items

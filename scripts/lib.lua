@@ -130,20 +130,18 @@ local function schedule(P, e, due)
 end
 
 -- e taken once more goes back: count the attempt and restart its time to
--- live. Returns the new envelope, its priority and the attempts counted
--- before.
+-- live. Returns the new envelope and its priority.
 local function again(e, now)
   if string.byte(e, 1) == 1 then
     -- plain (the common case, kept cheap for the cleaner): first attempt counted
-    return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2), 0, 0
+    return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2), 0
   end
   local m, stop = meta_of(e)
-  local before = m[1]
-  m[1] = before + 1
+  m[1] = m[1] + 1
   if m[4] > 0 then
     m[5] = now + m[4]
   end
-  return with_meta(e, m, stop), m[2], before
+  return with_meta(e, m, stop), m[2]
 end
 
 -- Move due deliveries (at most max) from delayed to ready, at the back of
@@ -177,82 +175,81 @@ local function promote(P, now, max)
   return #due / 2
 end
 
+-- A take of a delivery is named by its field in the connection's unacked
+-- hash: the delivery's id followed by the fence of the fetch call that took
+-- it (a number from the queue's fence counter, new for every fetch). A
+-- later take of the same delivery, by this connection or another, has
+-- another field, so a verb of an old holder can never act on it: the verbs
+-- name the field, and an ack stays one HDEL. A take's lease is the member
+-- field:connection of the leases set.
+local function lease_member(field, conn)
+  return field .. ':' .. conn
+end
+
 -- A delivery that went back to ready while its connection still held it
 -- (its lease ran out) leaves a note in the connection's lost set, named by
--- the delivery's ref (see held), so that the holder's late verb learns why
--- it is gone. Notes are scored by Redis time and dropped after a day (the
--- holder of a lost lease may never come back: it hung, or the delivery ran
--- out in its prefetch buffer); a cleaner deletes the set with the
--- connection's other storage.
+-- the take's field, so that the holder's late verb learns why it is gone.
+-- Notes are scored by Redis time and dropped after a day (the holder of a
+-- lost lease may never come back: it hung, or the delivery ran out in its
+-- prefetch buffer); a cleaner deletes the set with the connection's other
+-- storage.
 local LOST_KEEP = 86400000
 
--- Returns 2 (lease lost) when there is a note for ref, else 0 (not there).
--- Notes stay until they age out, so every stale verb learns it.
-local function lost(P, conn, ref)
-  if #ref > IDLEN and redis.call('ZSCORE', P .. ':lost:' .. conn, ref) then
+-- Returns 2 (lease lost) when there is a note for the take, else 0 (not
+-- there). Notes stay until they age out, so every stale verb learns it.
+local function lost(P, conn, field)
+  if redis.call('ZSCORE', P .. ':lost:' .. conn, field) then
     return 2
   end
   return 0
 end
 
--- A verb names a delivery by its ref: its id, or id@attempts, the attempt it
--- was taken at (always for the verbs on one delivery, and for settles of a
--- delivery with a lease). The same connection may hold the delivery again
--- under a later attempt: after its lease ran out, or after an earlier try
--- of this very verb went through but its reply was lost. The old holder's
--- verb must not act on the new take. Returns the id, the envelope if this
--- connection holds that attempt, and the code when it does not: 0 not
--- there, 2 its lease ran out (a note says so), 3 held under a later attempt
--- (without a note: an earlier try of the verb moved it, so the caller may
--- count the verb done when it retried).
-local function held(P, uk, conn, ref)
-  local id, want = ref, nil
-  if #ref > IDLEN then
-    id, want = string.sub(ref, 1, IDLEN), tonumber(string.sub(ref, IDLEN + 2))
-  end
-  local e = redis.call('HGET', uk, id)
+-- The envelope of the take named by field if conn holds it, and the code
+-- to answer: 1 held, 0 not there, 2 not there because its lease ran out.
+local function held(P, uk, conn, field)
+  local e = redis.call('HGET', uk, field)
   if not e then
-    return id, nil, lost(P, conn, ref)
+    return nil, lost(P, conn, field)
   end
-  if want and meta_of(e)[1] ~= want then
-    if lost(P, conn, ref) == 2 then
-      return id, nil, 2
-    end
-    return id, nil, 3
-  end
-  return id, e, 1
+  return e, 1
 end
 
+-- How long the records that answer a repeated call stay after the call (a
+-- verb's receipt, a publish's record) or after a cleaner declared their
+-- connection dead (its replies hash): longer than any client keeps sending
+-- a call again (see WithRetryTimeout).
+local REPLY_KEEP = 3600000
+
 -- For the verbs on one delivery (release, reject with a reason): remove
--- the delivery that ref names from conn's storage and end its lease.
+-- the take that field names from conn's storage and end its lease.
 -- Returns its envelope, or nil and the reply {registered, code} to give.
 --
--- These verbs have no reply token (as settle has), so each leaves a
--- receipt: when its reply is lost and go-redis or the caller sends it
--- again, the repeat finds the receipt and answers done instead of "not
--- there". Receipts live in a sorted set per connection, by Redis time, and
--- are dropped after ten minutes; a cleaner deletes the set with the
--- connection's other storage.
-local RECEIPT_KEEP = 600000
-
-local function remove_held(P, conn, ref)
+-- Each call carries a token of its own and leaves a receipt, field|token,
+-- in a sorted set per connection by Redis time: when the reply is lost and
+-- go-redis or redq sends the same call again, the repeat finds the receipt
+-- and answers done, before it looks at anything else (a cleaner may have
+-- declared the connection dead meanwhile; it leaves the receipts to
+-- expire). A second call with another token finds no receipt and answers
+-- not there. Receipts are dropped after REPLY_KEEP.
+local function remove_held(P, conn, field, token)
+  local rk = P .. ':done:' .. conn
+  if redis.call('ZSCORE', rk, field .. '|' .. token) then
+    return nil, {1, 1}
+  end
   if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
     return nil, {0, 0}
   end
-  local uk, rk = P .. ':unacked:' .. conn, P .. ':done:' .. conn
-  local id, e, code = held(P, uk, conn, ref)
+  local uk = P .. ':unacked:' .. conn
+  local e, code = held(P, uk, conn, field)
   if not e then
-    if redis.call('ZSCORE', rk, ref) then
-      return nil, {1, 1}
-    end
     return nil, {1, code}
   end
-  redis.call('HDEL', uk, id)
-  redis.call('ZREM', P .. ':leases', id .. conn)
+  redis.call('HDEL', uk, field)
+  redis.call('ZREM', P .. ':leases', lease_member(field, conn))
   local now = now_ms()
-  redis.call('ZADD', rk, now, ref)
-  redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - RECEIPT_KEEP)
-  redis.call('PEXPIRE', rk, RECEIPT_KEEP)
+  redis.call('ZADD', rk, now, field .. '|' .. token)
+  redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - REPLY_KEEP)
+  redis.call('PEXPIRE', rk, REPLY_KEEP)
   return e
 end
 
@@ -267,28 +264,30 @@ local function expire_leases(P, now, max)
   redis.call('ZREMRANGEBYRANK', lk, 0, #gone - 1)
   local byConn, conns = {}, {}
   for _, member in ipairs(gone) do
-    local conn = string.sub(member, IDLEN + 1)
+    -- field:connection; the field's id may hold any byte, its fence digits
+    local colon = string.find(member, ':', IDLEN + 1, true)
+    local conn = string.sub(member, colon + 1)
     if not byConn[conn] then
       byConn[conn] = {}
       conns[#conns + 1] = conn
     end
-    local ids = byConn[conn]
-    ids[#ids + 1] = string.sub(member, 1, IDLEN)
+    local fields = byConn[conn]
+    fields[#fields + 1] = string.sub(member, 1, colon - 1)
   end
   local groups = {}
   for _, conn in ipairs(conns) do
-    local ids = byConn[conn]
+    local fields = byConn[conn]
     local uk = P .. ':unacked:' .. conn
-    local es = redis.call('HMGET', uk, unpack(ids))
+    local es = redis.call('HMGET', uk, unpack(fields))
     local found, notes = {}, {}
     for i, e in ipairs(es) do
       if e then
-        local p, before
-        e, p, before = again(e, now)
+        local p
+        e, p = again(e, now)
         add_level(groups, p, e)
-        found[#found + 1] = ids[i]
+        found[#found + 1] = fields[i]
         notes[#notes + 1] = now
-        notes[#notes + 1] = ids[i] .. '@' .. before
+        notes[#notes + 1] = fields[i]
       end
     end
     if #found > 0 then

@@ -3,7 +3,10 @@
 -- their attempt counted and their lease ended, continuing a scan at
 -- ARGV[4]. With ARGV[5] == '1' (a cleaner on a dead connection) the
 -- connection is unregistered from the queue once its hash is empty, in the
--- same step, and its replies hash and lost and done sets are deleted.
+-- same step: its lost notes are deleted, and its replies hash and receipts
+-- are left to expire after REPLY_KEEP, so that a call of the dead
+-- connection whose reply was lost before the clean, sent again now, still
+-- learns what it did (see settle.lua).
 -- Returns {moved, next cursor, remaining}.
 --
 -- KEYS[1] ready (routes the call)
@@ -35,7 +38,7 @@ if #fields > 0 then
     e, p = again(e, now)
     add_level(groups, p, e)
     if leases then
-      redis.call('ZREM', P .. ':leases', fields[i] .. conn)
+      redis.call('ZREM', P .. ':leases', lease_member(fields[i], conn))
     end
   end
   for i = 1, #fields, 1000 do
@@ -46,6 +49,8 @@ end
 local remaining = redis.call('HLEN', uk)
 if remaining == 0 and ARGV[5] == '1' then
   redis.call('HDEL', P .. ':consumers', conn)
-  redis.call('DEL', P .. ':replies:' .. conn, P .. ':lost:' .. conn, P .. ':done:' .. conn)
+  redis.call('DEL', P .. ':lost:' .. conn)
+  redis.call('PEXPIRE', P .. ':replies:' .. conn, REPLY_KEEP)
+  redis.call('PEXPIRE', P .. ':done:' .. conn, REPLY_KEEP)
 end
 return {#fields, cursor, remaining}

@@ -1,81 +1,83 @@
--- Settle deliveries of one connection: delete them from its unacked hash
--- (ack), or move them to a list: rejected (reject), another queue's ready
--- (push), or the front of ready (a stopping consumer hands back its buffer;
--- each goes to its priority's line). Their leases end.
+-- Settle takes of one connection: delete them from its unacked hash (ack),
+-- or move them to a list: rejected (reject), another queue's ready (push),
+-- or the front of ready (a stopping consumer hands back its buffer; each
+-- goes to its priority's line). Their leases end.
 -- Returns {registered, r1, ..., rn}: registered is 1 while the connection is
--- registered for the queue; ri is 1 when delivery i was there and settled,
--- 0 when it was not there, 2 when it was not there because its lease ran
--- out and it went back to ready.
+-- registered for the queue; ri is 1 when take i was there and settled, 0
+-- when it was not there, 2 when it was not there because its lease ran out
+-- and it went back to ready.
 --
 -- A call is idempotent per token: field ARGV[4] of the replies hash keeps
 -- the token and results of the last call made under that field, and a call
--- repeated with the same token (its reply was lost, or go-redis sent it
--- again) returns those results instead of finding nothing to settle.
+-- repeated with the same token (its reply was lost, and go-redis or redq
+-- sent it again) returns those results. That is looked at first: a cleaner
+-- may have declared the connection dead since the first call, and it leaves
+-- the replies hash to expire (see return_unacked.lua) so that the repeat
+-- still learns what the first call did.
 --
 -- KEYS[1] the queue's ready list (routes the call), KEYS[2] destination
 -- list of 'L' moves
 -- ARGV[1] queue prefix, ARGV[2] connection name, ARGV[3] 'A' ack, 'L' push
 -- to the tail of the destination, 'R' hand back to the front of ready;
--- ARGV[4] field, ARGV[5] token, ARGV[6..] deliveries (see held in lib.lua)
+-- ARGV[4] field, ARGV[5] token, ARGV[6..] takes (fields of the unacked
+-- hash: see lease_member in lib.lua)
 local P, conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local registered = redis.call('HEXISTS', P .. ':consumers', conn)
-if registered == 0 then
+local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
+local last = redis.call('HGET', rk, field)
+if last and string.sub(last, 1, #token + 1) == token .. '|' then
+  local out = {1}
+  for i = #token + 2, #last do
+    out[#out + 1] = tonumber(string.sub(last, i, i))
+  end
+  return out
+end
+if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
   -- A cleaner emptied this connection's storage and unregistered it: there
-  -- is nothing to settle, and nothing to remember (the cleaner deleted the
-  -- replies hash; writing it again would leave it behind).
+  -- is nothing to settle, and nothing to remember.
   local out = {0}
   for i = 6, #ARGV do
     out[#out + 1] = 0
   end
   return out
 end
-local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
-local last = redis.call('HGET', rk, field)
-local out = {registered}
-if last and string.sub(last, 1, #token + 1) == token .. '|' then
-  for i = #token + 2, #last do
-    out[#out + 1] = tonumber(string.sub(last, i, i))
-  end
-  return out
-end
 local lk = P .. ':leases'
 local leases = redis.call('EXISTS', lk) == 1
-local flags = {}
-local groups = {}
+local out, flags, groups = {1}, {}, {}
 local now = nil
 for i = 6, #ARGV do
-  local id, done = ARGV[i], 0
-  if mode == 'A' and #id == IDLEN then
-    done = redis.call('HDEL', uk, id)
+  local f, done = ARGV[i], 0
+  if mode == 'A' then
+    done = redis.call('HDEL', uk, f)
+    if done == 0 then
+      done = lost(P, conn, f)
+    end
   else
     local e
-    id, e, done = held(P, uk, conn, id)
+    e, done = held(P, uk, conn, f)
     if e then
-      redis.call('HDEL', uk, id)
-      if mode ~= 'A' then
-        -- handed back or pushed on: it waits in a ready list again, so its
-        -- time to live starts again (rejected ones get it back when kicked)
-        local p = 0
-        if string.byte(e, 1) == 3 then
-          now = now or now_ms()
-          e, p = fresh_ttl(e, now)
-        end
-        if mode == 'R' then
-          add_level(groups, p, e)
-        else
-          redis.call('LPUSH', KEYS[2], e)
-        end
+      redis.call('HDEL', uk, f)
+      -- handed back or pushed on: it waits in a ready list again, so its
+      -- time to live starts again (rejected ones get it back when kicked)
+      local p = 0
+      if string.byte(e, 1) == 3 then
+        now = now or now_ms()
+        e, p = fresh_ttl(e, now)
+      end
+      if mode == 'R' then
+        add_level(groups, p, e)
+      else
+        redis.call('LPUSH', KEYS[2], e)
       end
     end
   end
   if done == 1 and leases then
-    redis.call('ZREM', lk, id .. conn)
+    redis.call('ZREM', lk, lease_member(f, conn))
   end
   out[#out + 1] = done
-  flags[#flags + 1] = tostring(done)
+  flags[#flags + 1] = done
 end
 -- The buffer comes back oldest first and must end at the front in that
--- order: RPUSH them newest first (the caller sends the ids so).
+-- order: RPUSH them newest first (the caller sends them so).
 push_groups(P, groups, true)
 redis.call('HSET', rk, field, token .. '|' .. table.concat(flags))
 return out
