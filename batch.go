@@ -2,7 +2,7 @@ package redq
 
 import (
 	"context"
-	"time"
+	"fmt"
 )
 
 // BatchConsumer handles deliveries in batches (see AddBatchConsumer).
@@ -30,36 +30,15 @@ func (ds Deliveries) Payloads() []string {
 	return out
 }
 
-// Ack acks every delivery. Like Delivery.Ack, it retries Redis errors for
-// at most the heartbeat TTL.
-func (ds Deliveries) Ack() map[int]error {
-	ctx, cancel := ds.untilTTL()
-	defer cancel()
-	return ds.AckContext(ctx)
-}
+// Ack acks every delivery. Like Delivery.Ack, it sends its calls again
+// while Redis is unreachable, up to the connection's retry timeout.
+func (ds Deliveries) Ack() map[int]error { return ds.AckContext(context.Background()) }
 
 // Reject rejects every delivery.
-func (ds Deliveries) Reject() map[int]error {
-	ctx, cancel := ds.untilTTL()
-	defer cancel()
-	return ds.RejectContext(ctx)
-}
+func (ds Deliveries) Reject() map[int]error { return ds.RejectContext(context.Background()) }
 
 // Push pushes every delivery.
-func (ds Deliveries) Push() map[int]error {
-	ctx, cancel := ds.untilTTL()
-	defer cancel()
-	return ds.PushContext(ctx)
-}
-
-func (ds Deliveries) untilTTL() (context.Context, context.CancelFunc) {
-	for _, d := range ds {
-		if rd, ok := d.(*redisDelivery); ok {
-			return context.WithDeadline(context.Background(), rd.ttl())
-		}
-	}
-	return context.WithCancel(context.Background())
-}
+func (ds Deliveries) Push() map[int]error { return ds.PushContext(context.Background()) }
 
 // AckContext is Ack with a context.
 func (ds Deliveries) AckContext(ctx context.Context) map[int]error {
@@ -76,12 +55,10 @@ func (ds Deliveries) PushContext(ctx context.Context) map[int]error {
 	return ds.each(ctx, "push", Delivery.PushContext)
 }
 
-// each groups the Redis deliveries by queue and settles each group in one
-// request to the committer (which chunks it). Other Delivery
-// implementations (test doubles) get
-// the single verb; deliveries whose group call failed with a Redis error
-// get the single verb too, which retries and knows the call may have
-// reached Redis.
+// each groups the Redis deliveries by queue handle and settles each group
+// in one request to the committer (which chunks it); each delivery gets the
+// answer for itself, as its own verb would give. Other Delivery
+// implementations (test doubles) get the single verb.
 func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery, context.Context) error) map[int]error {
 	errs := map[int]error{}
 	byQueue := map[*redisQueue][]int{}
@@ -101,17 +78,27 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery
 	}
 	for _, q := range queues {
 		idx := byQueue[q]
+		first := ds[idx[0]].(*redisDelivery)
+		if err := q.conn.settleable(); err != nil {
+			for _, i := range idx {
+				errs[i] = fmt.Errorf("redq: %s %v: %w", verb, ds[i], err)
+			}
+			continue
+		}
 		ids := make([]string, len(idx))
 		for j, i := range idx {
 			ids[j] = ds[i].(*redisDelivery).ref()
 		}
-		done, registered, err := q.settle(ctx, verb, ids)
+		res, err := q.settle(ctx, verb, ids, first)
 		for j, i := range idx {
-			var e error
-			if err != nil {
-				e = ds[i].(*redisDelivery).do(ctx, verb, true, time.Time{})
+			e := err
+			if e == nil {
+				e = res.err(j)
+			}
+			if e != nil {
+				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], e)
 			} else {
-				e = q.conn.outcome(verb, done[j], registered, false)
+				e = q.conn.outcome(verb, res.codes[j], res.registered)
 			}
 			if e != nil {
 				errs[i] = e

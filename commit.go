@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -10,21 +11,23 @@ import (
 // committer settles deliveries (ack, reject, push, hand back) for one
 // connection, coalescing the requests of many consumers into few Redis
 // calls (see groupCommit): one pipeline per flush, with one script call per
-// queue and verb. Every request returns only after Redis answered for its
-// deliveries.
+// queue, verb and chunk. Every request returns only after Redis answered for
+// its deliveries, or with ErrorOutcomeUnknown when no answer came in time.
 //
-// Each flush carries a token, and Redis keeps the last reply per flush slot
-// (see settle.lua), so a flush that go-redis sends again after a lost reply
-// gets its first answer back instead of "not found".
+// Each script call carries a field of the replies hash and a token, and
+// Redis keeps the call's results under that field (see settle.lua). A call
+// that fails without a usable answer is sent again under the same field and
+// token until Redis answers or the requests' retry deadlines pass (see
+// sends), so Redis settles each take at most once and the answer is the
+// outcome of the first send that ran, even when a cleaner declared the
+// connection dead in between. A field stays with its call until the call is
+// done; the first send is made by the flush, further ones by a goroutine of
+// their own, so the flush slot is free again at once.
 type committer struct {
-	conn  *redisConnection
-	token atomic.Uint64
-	group *groupCommit[*settleRequest]
+	conn   *redisConnection
+	group  *groupCommit[*settleRequest]
+	fields fieldPool
 }
-
-// flushTimeout bounds one flush: the callers' contexts do not, since one
-// flush serves many callers.
-const flushTimeout = 30 * time.Second
 
 // Settle modes, as settle.lua reads them.
 const (
@@ -33,117 +36,199 @@ const (
 	modeHead = "R" // move to the head of a list (taken next)
 )
 
+// States of a settle request: a caller whose context ends while its
+// request is still pending withdraws it, and then knows it was never sent.
+const (
+	requestPending int32 = iota
+	requestTaken
+	requestWithdrawn
+)
+
 type settleRequest struct {
-	q    *redisQueue
-	mode string
-	dest string
-	ids  []string
-	done chan settleResult
+	q        *redisQueue
+	mode     string
+	dest     string
+	ids      []string
+	deadline time.Time      // stop sending it again after this
+	report   *redisDelivery // named in DeliveryErrors while it is resent; nil: none
+	state    atomic.Int32
+	done     chan settleResult
 }
 
+// settleResult is Redis's answer for every id of a request.
 type settleResult struct {
-	codes      []int64 // per id: codeDone, codeMissing, codeLost or codeSuperseded
-	registered bool
-	err        error
+	codes      []int64 // per id: codeDone, codeMissing or codeLost
+	registered bool    // the connection is registered for the queue
+	errs       []error // per id, when its call failed for good; nil when none did
+}
+
+// err returns the error for id i, if its call failed.
+func (r settleResult) err(i int) error {
+	if r.errs == nil {
+		return nil
+	}
+	return r.errs[i]
 }
 
 func newCommitter(c *redisConnection) *committer {
-	cm := &committer{conn: c}
+	cm := &committer{conn: c, fields: fieldPool{prefix: "s"}}
 	cm.group = newGroupCommit(cm.flush)
 	return cm
 }
 
-// settle applies mode to ids of q's unacked storage and reports, per id,
-// whether it was there (a code), and whether the connection is still
-// registered for q. dest is the destination list of a tail move.
-func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string) ([]int64, bool, error) {
+// settle applies mode to the takes ids of q's unacked storage and returns
+// Redis's answer. dest is the destination list of a tail move. The calls
+// are resent until the retry deadline for ctx (see retryDeadline). When
+// ctx ends first, the error is ctx's if nothing was sent, or
+// ErrorOutcomeUnknown (wrapping ctx's) if it may still run.
+func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string, report *redisDelivery) (settleResult, error) {
 	if len(ids) == 0 {
-		return nil, true, nil
+		return settleResult{registered: true}, nil
 	}
-	r := &settleRequest{q: q, mode: mode, dest: dest, ids: ids, done: make(chan settleResult, 1)}
+	if err := ctx.Err(); err != nil {
+		return settleResult{}, err
+	}
+	r := &settleRequest{q: q, mode: mode, dest: dest, ids: ids, deadline: c.conn.retryDeadline(ctx), report: report,
+		done: make(chan settleResult, 1)}
 	c.group.submit(r)
-	select {
-	case res := <-r.done:
-		return res.codes, res.registered, res.err
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	}
+	return await(ctx, &r.state, r.done)
 }
 
-// flush sends one pipeline: a settle script call per queue, mode and
-// destination (and per chunk of fetchChunk ids).
-func (c *committer) flush(slot int, batch []*settleRequest) {
-	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-	defer cancel()
-	type groupKey struct {
+// settlePart is the part of a request that one script call carries.
+type settlePart struct {
+	r          *settleRequest
+	from, to   int // the request's ids in the call
+	groupStart int // where they start in the call's ids
+}
+
+// pendingResult collects a request's answer over the calls it spans; only
+// the goroutine that sends the flush's calls touches it.
+type pendingResult struct {
+	res  settleResult
+	left int // calls not yet done
+}
+
+// flush sends the batch's calls: one script call per queue, mode and
+// destination (and per chunk of fetchChunk ids), each under a field of its
+// own, all under one token.
+func (c *committer) flush(_ int, batch []*settleRequest) {
+	type callKey struct {
 		q          *redisQueue
 		mode, dest string
 	}
-	type part struct {
-		r          *settleRequest
-		from, to   int // the request's ids in the group
-		groupStart int // where they start in the group's results
-	}
-	type group struct {
-		key   groupKey
+	type call struct {
+		key   callKey
 		ids   []string
-		parts []part
+		parts []settlePart
+		rc    *remembered
 	}
-	var groups []*group
-	open := map[groupKey]*group{}
+	var calls []*call
+	open := map[callKey]*call{}
+	byRequest := make(map[*settleRequest]*pendingResult, len(batch))
 	for _, r := range batch {
+		if !r.state.CompareAndSwap(requestPending, requestTaken) {
+			continue // withdrawn by its caller
+		}
+		pr := &pendingResult{res: settleResult{codes: make([]int64, len(r.ids)), registered: true}}
+		byRequest[r] = pr
 		for from := 0; from < len(r.ids); {
-			k := groupKey{r.q, r.mode, r.dest}
-			g := open[k]
-			if g == nil || len(g.ids) >= fetchChunk {
-				g = &group{key: k}
-				open[k] = g
-				groups = append(groups, g)
+			k := callKey{r.q, r.mode, r.dest}
+			cl := open[k]
+			if cl == nil || len(cl.ids) >= fetchChunk {
+				cl = &call{key: k, rc: &remembered{}}
+				open[k] = cl
+				calls = append(calls, cl)
 			}
-			to := min(len(r.ids), from+fetchChunk-len(g.ids))
-			g.parts = append(g.parts, part{r: r, from: from, to: to, groupStart: len(g.ids)})
-			g.ids = append(g.ids, r.ids[from:to]...)
+			to := min(len(r.ids), from+fetchChunk-len(cl.ids))
+			cl.parts = append(cl.parts, settlePart{r: r, from: from, to: to, groupStart: len(cl.ids)})
+			cl.ids = append(cl.ids, r.ids[from:to]...)
+			if r.deadline.After(cl.rc.deadline) {
+				cl.rc.deadline = r.deadline
+			}
+			pr.left++ // each part of a request is in a call of its own
 			from = to
 		}
 	}
-	token := strconv.FormatUint(c.token.Add(1), 10)
-	calls := make([]scriptCall, len(groups))
-	for i, g := range groups {
-		q := g.key.q
-		dest := g.key.dest
+	if len(calls) == 0 {
+		return
+	}
+	token := c.conn.nextToken()
+	rcs := make([]*remembered, len(calls))
+	for i, cl := range calls {
+		q, field := cl.key.q, c.fields.get()
+		dest := cl.key.dest
 		if dest == "" {
 			dest = q.keys.ready // unused by acks; any key of the queue's slot
 		}
-		args := make([]any, 0, 5+len(g.ids))
-		args = append(args, q.keys.prefix, c.conn.name, g.key.mode, "s"+strconv.Itoa(slot)+"."+strconv.Itoa(i), token)
-		for _, id := range g.ids {
+		args := make([]any, 0, 5+len(cl.ids))
+		args = append(args, q.keys.prefix, c.conn.name, cl.key.mode, field, token)
+		for _, id := range cl.ids {
 			args = append(args, id)
 		}
-		calls[i] = scriptCall{scripts.settle, []string{q.keys.ready, dest}, args}
-	}
-	cmds := evalBatch(ctx, c.conn.client, calls)
-	results := map[*settleRequest]*settleResult{}
-	for _, r := range batch {
-		results[r] = &settleResult{codes: make([]int64, len(r.ids)), registered: true}
-	}
-	for i, g := range groups {
-		v, err := cmds[i].Result()
-		var settled []int64
-		var registered bool
-		if err == nil {
-			settled, registered, err = codes(v, len(g.ids))
-		}
-		for _, p := range g.parts {
-			res := results[p.r]
-			if err != nil {
-				res.err = err
-				continue
+		cl.rc.scriptCall = scriptCall{scripts.settle, []string{q.keys.ready, dest}, args}
+		cl.rc.report = func(err error, n int) {
+			seen := map[*settleRequest]bool{}
+			for _, p := range cl.parts {
+				if p.r.report != nil && !seen[p.r] {
+					seen[p.r] = true
+					c.conn.report(&DeliveryError{Delivery: p.r.report, RedisErr: err, Count: n})
+				}
 			}
-			res.registered = res.registered && registered
-			copy(res.codes[p.from:p.to], settled[p.groupStart:p.groupStart+p.to-p.from])
 		}
+		cl.rc.done = func(v any, err error) {
+			c.fields.put(field)
+			var codes []int64
+			registered := false
+			if err == nil {
+				codes, registered, err = parseCodes(v, len(cl.ids))
+			}
+			for _, p := range cl.parts {
+				pr := byRequest[p.r]
+				if err != nil {
+					if pr.res.errs == nil {
+						pr.res.errs = make([]error, len(p.r.ids))
+					}
+					for j := p.from; j < p.to; j++ {
+						pr.res.errs[j] = err
+					}
+				} else {
+					pr.res.registered = pr.res.registered && registered
+					copy(pr.res.codes[p.from:p.to], codes[p.groupStart:p.groupStart+p.to-p.from])
+				}
+				if pr.left--; pr.left == 0 {
+					p.r.done <- pr.res
+				}
+			}
+		}
+		rcs[i] = cl.rc
 	}
-	for _, r := range batch {
-		r.done <- *results[r]
+	c.conn.sendAll(rcs)
+}
+
+// fieldPool hands out names of fields of a replies hash, reusing those
+// given back, so that the hash has as many fields as calls were ever under
+// way at once.
+type fieldPool struct {
+	prefix string
+	mu     sync.Mutex
+	free   []string
+	n      int
+}
+
+func (p *fieldPool) get() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.free); k > 0 {
+		f := p.free[k-1]
+		p.free = p.free[:k-1]
+		return f
 	}
+	p.n++
+	return p.prefix + strconv.Itoa(p.n)
+}
+
+func (p *fieldPool) put(f string) {
+	p.mu.Lock()
+	p.free = append(p.free, f)
+	p.mu.Unlock()
 }

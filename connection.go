@@ -100,6 +100,10 @@ type redisConnection struct {
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
 	lost     atomic.Bool
+	// closed is set once StopAllConsuming has stopped the consumers and
+	// the heartbeat: from then on a cleaner may return what the connection
+	// holds, so its deliveries are no longer settled through it.
+	closed atomic.Bool
 }
 
 func open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts []Option) (*redisConnection, error) {
@@ -218,6 +222,17 @@ func (c *redisConnection) consuming(q *redisQueue) error {
 	return nil
 }
 
+// settleable refuses verbs on deliveries once StopAllConsuming has
+// finished (see closed): they go back to ready through a cleaner. A
+// connection that stopped because a cleaner declared it dead asks Redis
+// anyway, so that its verbs say what became of each delivery.
+func (c *redisConnection) settleable() error {
+	if c.closed.Load() && !c.lost.Load() {
+		return ErrorConsumingStopped
+	}
+	return nil
+}
+
 func (c *redisConnection) isStopped() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -294,6 +309,7 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		}
 		c.hbCancel()
 		<-c.hbDone
+		c.closed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		// Leaving the connections set declares the connection dead, as a

@@ -101,30 +101,25 @@ func (d *redisDelivery) leaseOver() bool {
 	return end != 0 && time.Now().UnixNano() >= end
 }
 
-// The forms without a context retry Redis errors for as long as the
-// heartbeat TTL from the call: past that, a cleaner may have returned the
-// delivery anyway. The first attempt needs no deadline of its own (the
-// committer bounds every flush), so the deadline is made only when a retry
-// needs it: that keeps a timer per ack off the hot path.
-func (d *redisDelivery) ttl() time.Time { return time.Now().Add(d.q.conn.opts.heartbeatTTL) }
+// The verbs that change Redis send their call again while Redis is
+// unreachable or refuses writes for a moment, under the same token, until
+// the connection's retry timeout (WithRetryTimeout) or the context's
+// deadline, whichever is sooner (see sends). They return nil when the
+// delivery was settled by this call (by any send of it), an error matching
+// ErrorNotFound only when it was not, and ErrorOutcomeUnknown,
+// ErrorUnavailable or ErrorWritesRefused when Redis gave no answer.
 
-func (d *redisDelivery) Ack() error { return d.do(context.Background(), "ack", false, d.ttl()) }
+func (d *redisDelivery) Ack() error { return d.settle(context.Background(), "ack") }
 
-func (d *redisDelivery) Reject() error { return d.do(context.Background(), "reject", false, d.ttl()) }
+func (d *redisDelivery) Reject() error { return d.settle(context.Background(), "reject") }
 
-func (d *redisDelivery) Push() error { return d.do(context.Background(), "push", false, d.ttl()) }
+func (d *redisDelivery) Push() error { return d.settle(context.Background(), "push") }
 
-func (d *redisDelivery) AckContext(ctx context.Context) error {
-	return d.do(ctx, "ack", false, time.Time{})
-}
+func (d *redisDelivery) AckContext(ctx context.Context) error { return d.settle(ctx, "ack") }
 
-func (d *redisDelivery) RejectContext(ctx context.Context) error {
-	return d.do(ctx, "reject", false, time.Time{})
-}
+func (d *redisDelivery) RejectContext(ctx context.Context) error { return d.settle(ctx, "reject") }
 
-func (d *redisDelivery) PushContext(ctx context.Context) error {
-	return d.do(ctx, "push", false, time.Time{})
-}
+func (d *redisDelivery) PushContext(ctx context.Context) error { return d.settle(ctx, "push") }
 
 func (d *redisDelivery) Release(ctx context.Context, delay time.Duration) error {
 	if delay < 0 || delay > MaxDelay {
@@ -154,65 +149,50 @@ func (d *redisDelivery) rejectWith(ctx context.Context, env []byte) error {
 	return d.single(ctx, "reject", scripts.rejectWith, env)
 }
 
+// settle runs a settle verb ("ack", "reject" or "push") through the
+// connection's committer.
+func (d *redisDelivery) settle(ctx context.Context, verb string) error {
+	if err := d.q.conn.settleable(); err != nil {
+		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+	}
+	res, err := d.q.settle(ctx, verb, []string{d.ref()}, d)
+	if err == nil {
+		err = res.err(0)
+	}
+	if err != nil {
+		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+	}
+	return d.q.conn.outcome(verb, res.codes[0], res.registered)
+}
+
 // single runs one of the scripts that act on one delivery and reply
-// {registered, code}.
+// {registered, code}, under a token of its own (see remove_held in
+// scripts/lib.lua), sending it again as settle does.
 func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.Script, arg any) error {
+	if err := d.q.conn.settleable(); err != nil {
+		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+	}
 	token := d.q.conn.nextToken()
-	return d.retry(ctx, verb, false, time.Time{}, func(ctx context.Context) (int64, bool, error) {
+	var code int64
+	var registered bool
+	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
 		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
 		if err != nil {
-			return 0, false, err
+			return err
 		}
 		ns, err := int64s(v)
 		if err != nil || len(ns) != 2 {
-			return 0, false, fmt.Errorf("redq: unexpected reply %v to %s", v, verb)
+			return fmt.Errorf("%w %v to %s", errBadReply, v, verb)
 		}
-		return ns[1], ns[0] == 1, nil
+		code, registered = ns[1], ns[0] == 1
+		return nil
+	}, func(err error, count int) {
+		d.q.conn.report(&DeliveryError{Delivery: d, RedisErr: err, Count: count})
 	})
-}
-
-// do runs a settle verb; retried says an earlier attempt may have reached
-// Redis. A non-zero limit ends the retries at that time, as a deadline on
-// ctx would.
-func (d *redisDelivery) do(ctx context.Context, verb string, retried bool, limit time.Time) error {
-	return d.retry(ctx, verb, retried, limit, func(ctx context.Context) (int64, bool, error) {
-		codes, registered, err := d.q.settle(ctx, verb, []string{d.ref()})
-		if err != nil {
-			return 0, false, err
-		}
-		return codes[0], registered, nil
-	})
-}
-
-// retry runs one verb until Redis answers, reporting each failure as a
-// DeliveryError. When Redis answers that the delivery was not there, the
-// result depends on whether the connection is still registered for the
-// queue: if not, a cleaner took the delivery back (ErrorConnectionLost);
-// if its lease ran out, ErrorLeaseLost; otherwise, if an earlier attempt
-// may have reached Redis, that attempt did the work (no cleaner touches a
-// registered connection, and a lease that ran out leaves a note), so the
-// verb succeeded.
-func (d *redisDelivery) retry(ctx context.Context, verb string, retried bool, limit time.Time, do func(context.Context) (code int64, registered bool, err error)) error {
-	for attempt := 1; ; attempt++ {
-		code, registered, err := do(ctx)
-		if err == nil {
-			return d.q.conn.outcome(verb, code, registered, retried || attempt > 1)
-		}
-		if attempt == 1 && !limit.IsZero() {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, limit)
-			defer cancel()
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("redq: %s %v: %w", verb, d, err)
-		}
-		d.q.conn.report(&DeliveryError{Delivery: d, RedisErr: err, Count: attempt})
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redq: %s %v: %w", verb, d, err)
-		case <-time.After(backoff(attempt, time.Second)):
-		}
+	if err != nil {
+		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
+	return d.q.conn.outcome(verb, code, registered)
 }
 
 // Codes the scripts give per delivery.
@@ -222,8 +202,8 @@ const (
 	codeLost    = 2 // not there: its lease ran out and it went back to ready
 )
 
-// outcome turns a script's answer about one delivery into the verb's error.
-func (c *redisConnection) outcome(verb string, code int64, registered, retried bool) error {
+// outcome turns a script's answer about one take into the verb's error.
+func (c *redisConnection) outcome(verb string, code int64, registered bool) error {
 	switch {
 	case code == codeDone:
 		return nil
@@ -232,9 +212,6 @@ func (c *redisConnection) outcome(verb string, code int64, registered, retried b
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
 	case code == codeLost:
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)
-	case retried:
-		// An earlier try reached Redis and did the work.
-		return nil
 	default:
 		return fmt.Errorf("redq: %s: %w", verb, ErrorNotFound)
 	}

@@ -41,6 +41,26 @@ var (
 	// ErrorPayloadTooLarge is returned by Publish when a payload exceeds the
 	// connection's maximum payload size (see WithMaxPayloadSize).
 	ErrorPayloadTooLarge = errors.New("redq: payload too large")
+	// ErrorOutcomeUnknown is returned by a verb that changes Redis (Ack,
+	// Reject, Push, Release, a batch's settle, Publish, Put) when Redis may
+	// have carried it out but redq could not learn whether it did: no
+	// answer came before the connection's retry timeout (WithRetryTimeout)
+	// or the caller's context ended. redq resends such a call under the
+	// same token until then, so it never happens twice, and it never
+	// answers ErrorNotFound for a call that went through. A delivery whose
+	// Ack has this outcome is either gone or still this connection's (a
+	// cleaner or its lease brings it back): never settle it by other means.
+	ErrorOutcomeUnknown = errors.New("redq: the outcome is unknown: Redis did not answer")
+	// ErrorUnavailable is returned by a verb that could not reach Redis at
+	// all (no connection could be made) until its retry timeout or context
+	// ran out. Nothing was done.
+	ErrorUnavailable = errors.New("redq: Redis is unavailable; nothing was done")
+	// ErrorWritesRefused is returned by a verb that Redis refused because it
+	// accepts no writes: it is out of memory (maxmemory with noeviction), or
+	// a replica (READONLY), or still loading its data, until the retry
+	// timeout or context ran out (out of memory is not waited on). Nothing
+	// was done. It wraps Redis's error.
+	ErrorWritesRefused = errors.New("redq: Redis refuses writes; nothing was done")
 	// ErrorNotRedis is returned by operations that need a Redis-backed
 	// connection (for example a Cleaner) when given a test double.
 	ErrorNotRedis = errors.New("redq: not a Redis-backed connection")

@@ -1,6 +1,8 @@
 package redq
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -85,4 +87,27 @@ func (g *groupCommit[R]) flushLoop(slot int, caller bool) {
 		g.flush(slot, batch)
 		flushed = true
 	}
+}
+
+// await waits for the answer to a request submitted to a group commit.
+// When ctx ends first, a request still pending is withdrawn (the flush
+// skips it: see requestWithdrawn) and await returns ctx's error, since
+// nothing was sent; a request already taken by a flush may still run in
+// Redis, so await returns ErrorOutcomeUnknown wrapping ctx's error.
+func await[T any](ctx context.Context, state *atomic.Int32, done <-chan T) (T, error) {
+	select {
+	case v := <-done:
+		return v, nil
+	case <-ctx.Done():
+	}
+	var zero T
+	if state.CompareAndSwap(requestPending, requestWithdrawn) {
+		return zero, ctx.Err()
+	}
+	select {
+	case v := <-done:
+		return v, nil
+	default:
+	}
+	return zero, fmt.Errorf("%w: %w", ErrorOutcomeUnknown, ctx.Err())
 }

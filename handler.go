@@ -66,15 +66,13 @@ func (q *redisQueue) handle1(handler Handler, d *redisDelivery) {
 	case q.stopCtx.Err() != nil:
 		// Consuming stopped under the handler: hand the delivery back
 		// without counting an attempt, as if it had never been taken.
-		sctx, scancel := context.WithDeadline(context.Background(), d.ttl())
-		defer scancel()
-		_, _, serr := q.conn.acks.settle(sctx, q, modeHead, q.keys.ready, []string{d.ref()})
+		res, serr := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, []string{d.ref()}, d)
+		if serr == nil {
+			serr = res.err(0)
+		}
 		q.finish(d, serr)
 	case d.Attempts() < policy.MaxAttempts:
-		// Like Ack, retry Redis errors for at most the heartbeat TTL.
-		sctx, scancel := context.WithDeadline(context.Background(), d.ttl())
-		defer scancel()
-		q.finish(d, d.Release(sctx, policy.Backoff(d.Attempts())))
+		q.finish(d, d.Release(context.Background(), policy.Backoff(d.Attempts())))
 	default:
 		q.finish(d, d.rejectFailed(err.Error()))
 	}
@@ -113,7 +111,5 @@ func (d *redisDelivery) rejectFailed(reason string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), d.ttl())
-	defer cancel()
-	return d.rejectWith(ctx, env)
+	return d.rejectWith(context.Background(), env)
 }

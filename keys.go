@@ -40,6 +40,10 @@ import "fmt"
 //	                               receipts of releases and rejections with a
 //	                               reason, so that the same call sent again
 //	                               answers done (kept an hour)
+//	ns:{name}:published:<connection> hash: per publish field, the token of the
+//	                               last call that ran, so that a call sent
+//	                               again runs once (expires an hour after the
+//	                               connection's last publish)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another
@@ -94,3 +98,5 @@ func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" +
 func (k queueKeys) level(p string) string { return k.ready + ":" + p }
 
 func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" + conn }
+
+func (k queueKeys) published(conn string) string { return k.prefix + ":published:" + conn }

@@ -41,8 +41,9 @@ func (c *redisClock) advance(d time.Duration) {
 // queueLeftovers lists the keys of q that still hold deliveries or leases
 // (ready of any priority, levels, delayed, leases, rejected, unacked).
 // Registration and idempotence bookkeeping (consumers, replies, meta, seq,
-// fence), the notes of lost leases (which age out after a day) and the
-// receipts of releases (see REPLY_KEEP in scripts/lib.lua) do not count.
+// fence), the notes of lost leases (which age out after a day), the
+// receipts of releases and the publish records (see REPLY_KEEP in
+// scripts/lib.lua) do not count.
 func queueLeftovers(t testing.TB, b backend, q *redisQueue) []string {
 	t.Helper()
 	keys, err := b.client.Keys(context.Background(), q.keys.prefix+":*").Result()
@@ -54,7 +55,8 @@ func queueLeftovers(t testing.TB, b backend, q *redisQueue) []string {
 		rest := strings.TrimPrefix(k, q.keys.prefix+":")
 		switch {
 		case rest == "consumers", rest == "meta", rest == "seq", rest == "fence",
-			strings.HasPrefix(rest, "replies:"), strings.HasPrefix(rest, "lost:"), strings.HasPrefix(rest, "done:"):
+			strings.HasPrefix(rest, "replies:"), strings.HasPrefix(rest, "lost:"), strings.HasPrefix(rest, "done:"),
+			strings.HasPrefix(rest, "published:"):
 		default:
 			left = append(left, rest)
 		}

@@ -22,6 +22,7 @@ type options struct {
 	heartbeatTTL        time.Duration
 	heartbeatErrorLimit int
 	maxPayloadSize      int
+	retryTimeout        time.Duration
 }
 
 func defaultOptions() options {
@@ -31,6 +32,7 @@ func defaultOptions() options {
 		heartbeatTTL:        DefaultHeartbeatTTL,
 		heartbeatErrorLimit: DefaultHeartbeatErrorLimit,
 		maxPayloadSize:      DefaultMaxPayloadSize,
+		retryTimeout:        DefaultRetryTimeout,
 	}
 }
 
@@ -86,6 +88,27 @@ func WithMaxPayloadSize(n int) Option {
 			return argError("max payload size", n, "must be at least 1")
 		}
 		o.maxPayloadSize = n
+		return nil
+	}
+}
+
+// WithRetryTimeout sets how long the verbs that change Redis keep sending a
+// call again while Redis is unreachable or refuses writes for a moment (a
+// restart, a failover): Ack, Reject, Push, Release, a batch's settle,
+// Publish and Put without a context, and the forms with a context up to
+// its deadline when that is sooner. Calls are resent under the same token,
+// so that Redis carries each out at most once and answers a repeat with
+// the first outcome. When the timeout passes, the verb returns
+// ErrorOutcomeUnknown, ErrorUnavailable or ErrorWritesRefused. The default
+// is DefaultRetryTimeout (a minute); d must be between 1ms and
+// MaxRetryTimeout (30 minutes; Redis keeps what answers a repeated call
+// for an hour).
+func WithRetryTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond || d > MaxRetryTimeout {
+			return argError("retry timeout", d, "must be between 1ms and "+MaxRetryTimeout.String())
+		}
+		o.retryTimeout = d
 		return nil
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1202,141 +1201,6 @@ func TestProcessKilledWhileAnotherConsumes(t *testing.T) {
 	procWantEmpty(t, client, admin, ns, queue)
 }
 
-// procProxy is a TCP proxy in front of Redis that can lose one reply: once
-// armed with a pattern, the first request that contains it is passed on to
-// Redis (which runs it), its reply is swallowed, and the client's
-// connection is closed, as happens when Redis goes away or the network
-// fails between a command and its answer.
-type procProxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	armed   [][]byte
-	tripped int
-	wg      sync.WaitGroup
-}
-
-func startProcProxy(t testing.TB, target string) *procProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &procProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *procProxy) addr() string { return p.ln.Addr().String() }
-
-// arm makes the proxy lose the reply of the next request that contains
-// any of the patterns.
-func (p *procProxy) arm(patterns ...string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed = nil
-	for _, s := range patterns {
-		p.armed = append(p.armed, []byte(s))
-	}
-}
-
-func (p *procProxy) trips() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.tripped
-}
-
-// trip reports whether window holds an armed pattern, and disarms.
-func (p *procProxy) trip(window []byte) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pat := range p.armed {
-		if bytes.Contains(window, pat) {
-			p.armed = nil
-			p.tripped++
-			return true
-		}
-	}
-	return false
-}
-
-func (p *procProxy) serve(client net.Conn) {
-	defer client.Close()
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer server.Close()
-	var dropping atomic.Bool
-	done := make(chan struct{})
-	go func() { // replies
-		defer close(done)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := server.Read(buf)
-			if n > 0 && !dropping.Load() {
-				if _, werr := client.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// The tail of what was sent before, so that a pattern split across
-	// reads is seen; short, so that one sent long before arming is not.
-	const tailLen = 512
-	var tail []byte
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			window := append(tail, buf[:n]...)
-			tail = append([]byte(nil), window[max(0, len(window)-tailLen):]...)
-			tripped := p.trip(window)
-			if tripped {
-				dropping.Store(true)
-			}
-			if _, werr := server.Write(buf[:n]); werr != nil {
-				return
-			}
-			if tripped {
-				// Let Redis run the request, then cut the client off
-				// without its reply.
-				time.Sleep(100 * time.Millisecond)
-				client.Close()
-				server.Close()
-				<-done
-				return
-			}
-		}
-		if err != nil {
-			server.Close()
-			<-done
-			return
-		}
-	}
-}
-
 // procScriptPatterns are what a request running the script contains (its
 // SHA; procLoadScripts makes sure every call is an EVALSHA).
 func procScriptPatterns(sc *redis.Script) []string { return []string{sc.Hash()} }
@@ -1347,7 +1211,7 @@ func procLoadScripts(t testing.TB, client redis.UniversalClient) {
 	t.Helper()
 	all := []*redis.Script{scripts.register, scripts.heartbeat, scripts.declareDead, scripts.setConsumers,
 		scripts.fetch, scripts.settle, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
-		scripts.publish, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
+		scripts.publish, scripts.put, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
 		scripts.counts, scripts.drain}
 	for _, sc := range all {
 		if err := sc.Load(context.Background(), client).Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -190,11 +191,11 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 			at = max(1, o.at.UnixMilli())
 		}
 		head := []any{q.keys.prefix, o.priority, ceilMs(o.ttl), ceilMs(o.delay), at}
-		err = scripts.publish.Run(ctx, q.conn.client, []string{q.keys.ready}, append(head, args...)...).Err()
+		err = q.conn.publisher.direct(ctx, q, scripts.put, head, args)
 	case len(args) <= coalesceMaxPayloads && size <= coalesceMaxBytes:
 		err = q.conn.publisher.publish(ctx, q, args)
 	default:
-		err = q.conn.client.LPush(ctx, q.keys.ready, args...).Err()
+		err = q.conn.publisher.direct(ctx, q, scripts.publish, nil, args)
 	}
 	if err != nil {
 		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
@@ -203,80 +204,103 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 }
 
 // Small publishes from many goroutines (request handlers, typically) are
-// coalesced: concurrent calls share one LPUSH per queue (see groupCommit),
-// in the order they arrived, and each returns after Redis answered for its
-// payloads. Large ones go to Redis on their own.
+// coalesced: concurrent calls share one script call per queue (see
+// groupCommit), in the order they arrived, and each returns after Redis
+// answered for its payloads. Large ones go to Redis on their own.
+//
+// Every publish call runs once in Redis, however often it is sent: it
+// carries a field of the connection's publish records for the queue and a
+// token (see publish.lua), and a call that got no answer is sent again
+// under them until Redis answers or the retry deadline passes (see sends).
 const (
 	coalesceMaxPayloads = 100
 	coalesceMaxBytes    = 64 << 10
 )
 
 type publishRequest struct {
-	q    *redisQueue
-	envs []any
-	done chan error
+	q        *redisQueue
+	envs     []any
+	deadline time.Time
+	state    atomic.Int32 // requestPending, requestTaken or requestWithdrawn
+	done     chan error
 }
 
 type publisher struct {
-	conn  *redisConnection
-	group *groupCommit[*publishRequest]
+	conn   *redisConnection
+	group  *groupCommit[*publishRequest]
+	fields fieldPool
 }
 
 func newPublisher(c *redisConnection) *publisher {
-	p := &publisher{conn: c}
+	p := &publisher{conn: c, fields: fieldPool{prefix: "p"}}
 	p.group = newGroupCommit(p.flush)
 	return p
 }
 
 // publish pushes envelopes to q's ready list together with whatever other
-// goroutines publish at the same time. When ctx ends first the publish may
-// still happen.
+// goroutines publish at the same time.
 func (p *publisher) publish(ctx context.Context, q *redisQueue, envs []any) error {
-	r := &publishRequest{q: q, envs: envs, done: make(chan error, 1)}
-	p.group.submit(r)
-	select {
-	case err := <-r.done:
+	if err := ctx.Err(); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	r := &publishRequest{q: q, envs: envs, deadline: p.conn.retryDeadline(ctx), done: make(chan error, 1)}
+	p.group.submit(r)
+	err, waitErr := await(ctx, &r.state, r.done)
+	if waitErr != nil {
+		return waitErr
+	}
+	return err
 }
 
-// flush sends one LPUSH per queue, in one pipeline when there are several.
+// direct runs one publish call of its own: script with head, a field, a
+// token and the envelopes as arguments.
+func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Script, head []any, envs []any) error {
+	field := p.fields.get()
+	defer p.fields.put(field)
+	args := append(append(head, field, p.conn.nextToken()), envs...)
+	keys := []string{q.keys.ready, q.keys.published(p.conn.name)}
+	return p.conn.resend(ctx, func(ctx context.Context) error {
+		return script.Run(ctx, p.conn.client, keys, args...).Err()
+	}, nil)
+}
+
+// flush sends one script call per queue, in one pipeline.
 func (p *publisher) flush(_ int, batch []*publishRequest) {
-	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-	defer cancel()
 	var queues []*redisQueue
 	byQueue := map[*redisQueue][]*publishRequest{}
 	for _, r := range batch {
+		if !r.state.CompareAndSwap(requestPending, requestTaken) {
+			continue // withdrawn by its caller
+		}
 		if byQueue[r.q] == nil {
 			queues = append(queues, r.q)
 		}
 		byQueue[r.q] = append(byQueue[r.q], r)
 	}
-	lpush := func(c redis.Cmdable, q *redisQueue) *redis.IntCmd {
-		var args []any
-		for _, r := range byQueue[q] {
-			args = append(args, r.envs...)
-		}
-		return c.LPush(ctx, q.keys.ready, args...)
-	}
-	if len(queues) == 1 {
-		err := lpush(p.conn.client, queues[0]).Err()
-		for _, r := range batch {
-			r.done <- err
-		}
+	if len(queues) == 0 {
 		return
 	}
-	pipe := p.conn.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(queues))
+	token := p.conn.nextToken()
+	calls := make([]*remembered, len(queues))
 	for i, q := range queues {
-		cmds[i] = lpush(pipe, q)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	for i, q := range queues {
-		for _, r := range byQueue[q] {
-			r.done <- cmds[i].Err()
+		field := p.fields.get()
+		rs := byQueue[q]
+		args := []any{field, token}
+		rc := &remembered{}
+		for _, r := range rs {
+			args = append(args, r.envs...)
+			if r.deadline.After(rc.deadline) {
+				rc.deadline = r.deadline
+			}
 		}
+		rc.scriptCall = scriptCall{scripts.publish, []string{q.keys.ready, q.keys.published(p.conn.name)}, args}
+		rc.done = func(_ any, err error) {
+			p.fields.put(field)
+			for _, r := range rs {
+				r.done <- err
+			}
+		}
+		calls[i] = rc
 	}
+	p.conn.sendAll(calls)
 }

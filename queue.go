@@ -291,23 +291,18 @@ func (q *redisQueue) returnBuffered() {
 	for i, d := range pending {
 		ids[len(pending)-1-i] = d.ref() // RPUSH the newest first: the oldest ends at the head
 	}
-	// Retry as long as the heartbeat TTL, like Ack: a connection that goes
-	// on living would otherwise keep these in its storage, unworked, until
-	// it dies and a cleaner returns them. (The settle is idempotent, so a
-	// retry after a lost reply does no harm.)
-	ctx, cancel := context.WithTimeout(context.Background(), q.conn.opts.heartbeatTTL)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		_, _, err := q.conn.acks.settle(ctx, q, modeHead, q.keys.ready, ids)
-		if err == nil {
-			return
-		}
-		q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: attempt})
-		select {
-		case <-ctx.Done():
-			return // they stay in unacked storage; a cleaner returns them once the connection is gone
-		case <-time.After(backoff(attempt, time.Second)):
-		}
+	// The committer sends the call again while Redis is unreachable, up to
+	// the retry timeout: a connection that goes on living would otherwise
+	// keep these in its storage, unworked, until it dies and a cleaner
+	// returns them.
+	res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, ids, nil)
+	if err == nil {
+		err = res.err(0)
+	}
+	if err != nil {
+		// They stay in unacked storage; a cleaner returns them once the
+		// connection is gone.
+		q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
 	}
 }
 
@@ -582,8 +577,8 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 	}
 }
 
-// codes reads a {registered, r1..rn} script reply.
-func codes(v any, n int) ([]int64, bool, error) {
+// parseCodes reads a {registered, r1..rn} script reply.
+func parseCodes(v any, n int) ([]int64, bool, error) {
 	ns, err := int64s(v)
 	if err != nil {
 		return nil, false, err
@@ -815,13 +810,14 @@ func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count 
 // fetchField is this handle's field in the replies hash.
 func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.handle, 10) }
 
-// settle runs a verb ("ack", "reject" or "push") on deliveries of this
-// queue through the connection's committer.
-func (q *redisQueue) settle(ctx context.Context, verb string, ids []string) ([]int64, bool, error) {
+// settle runs a verb ("ack", "reject" or "push") on takes of this queue
+// through the connection's committer; report names the delivery in
+// DeliveryErrors while the call is sent again.
+func (q *redisQueue) settle(ctx context.Context, verb string, ids []string, report *redisDelivery) (settleResult, error) {
 	if verb == "ack" {
-		return q.conn.acks.settle(ctx, q, modeAck, "", ids)
+		return q.conn.acks.settle(ctx, q, modeAck, "", ids, report)
 	}
-	return q.conn.acks.settle(ctx, q, modeTail, q.destination(verb), ids)
+	return q.conn.acks.settle(ctx, q, modeTail, q.destination(verb), ids, report)
 }
 
 // destination is the list a verb moves deliveries to.

@@ -26,8 +26,9 @@ func forEachOutage(t *testing.T, f func(t *testing.T, o outage)) {
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		// miniredis's blocking commands misbehave after Close and Restart,
-		// so its outage is every command failing.
-		f(t, outage{backend{"miniredis", c, m}, func() { m.SetError("simulated outage") }, func() { m.SetError("") }})
+		// so its outage is every command refused as Redis refuses them
+		// while it loads its data after a restart.
+		f(t, outage{backend{"miniredis", c, m}, func() { m.SetError("LOADING simulated outage") }, func() { m.SetError("") }})
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t, redistest.WithAppendOnly())

@@ -27,7 +27,8 @@ type scriptSet struct {
 	fetch, settle                        *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
-	publish, release, touch, rejectWith  *redis.Script
+	publish, put, release, touch         *redis.Script
+	rejectWith                           *redis.Script
 	maintain, counts, drain              *redis.Script
 }
 
@@ -130,6 +131,7 @@ var scripts = scriptSet{
 	returnRejected: queueScript("return_rejected"),
 	purge:          queueScript("purge"),
 	publish:        queueScript("publish"),
+	put:            queueScript("put"),
 	release:        queueScript("release"),
 	touch:          queueScript("touch"),
 	rejectWith:     queueScript("reject_with"),

@@ -22,8 +22,9 @@
 -- the fence and the ids it took, and a call with the same token (the
 -- client did not get the reply, or go-redis sent the script again) returns
 -- those deliveries again (the ones still held under that fence) instead of
--- taking more. Without this, a lost reply would leave deliveries in a live
--- connection's storage that nobody works on.
+-- taking more; a send with an older token (one that reached Redis late)
+-- takes nothing. Without this, a lost reply would leave deliveries in a
+-- live connection's storage that nobody works on.
 --
 -- Returns {e1, ..., en, fence, hint}.
 --
@@ -37,7 +38,12 @@ if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
 end
 local now = now_ms()
 local last = redis.call('HGET', rk, field)
-if last and string.sub(last, 1, #token + 1) == token .. '|' then
+local lt = last and tonumber(string.match(last, '^(%d+)|'))
+if lt and lt > tonumber(token) then
+  -- a late send of a call that is over: take nothing
+  return {0, 0}
+end
+if lt == tonumber(token) then
   -- The record is token|fence|ids.
   local fence, pos = string.match(last, '^(%d+)|()', #token + 2)
   local fields = {}

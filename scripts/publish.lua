@@ -1,35 +1,25 @@
--- Publish envelopes that need Redis's clock or more than one key: delayed
--- or scheduled ones (into the delayed set), ones with a priority (into that
--- level's ready list) and ones with a time to live (their expiry is set
--- here, by Redis's clock). Plain publishes are an LPUSH and never come here.
+-- Publish envelopes: push them to the head of ready (taken last), the
+-- queue's priority-0 line. Returns how many it published: 0 when a send of
+-- this call ran already.
 --
--- KEYS[1] ready (routes the call)
--- ARGV[1] queue prefix, ARGV[2] priority, ARGV[3] ttl ms, ARGV[4] delay ms,
--- ARGV[5] due time (Redis ms, 0: none), ARGV[6..] envelopes
-local P, prio, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local delay, at = tonumber(ARGV[4]), tonumber(ARGV[5])
-local now = now_ms()
-local due = 0
-if at > 0 then
-  due = at
-elseif delay > 0 then
-  due = now + delay
+-- Once per token: go-redis sends a command again when the connection
+-- breaks before the reply came (Redis shutting down, a timeout), and redq
+-- does too until Redis answers, so the first send may have run. Field
+-- ARGV[1] of the connection's publish records holds the token of the last
+-- call that ran under it; a send whose token is not newer did run, or
+-- belongs to a call that is over, and does nothing. The records expire
+-- REPLY_KEEP after the connection's last publish to the queue.
+--
+-- KEYS[1] ready, KEYS[2] the connection's publish records (a hash)
+-- ARGV[1] field, ARGV[2] token, ARGV[3..] envelopes
+local rec, field, token = KEYS[2], ARGV[1], tonumber(ARGV[2])
+local last = tonumber(redis.call('HGET', rec, field))
+if last and last >= token then
+  return 0
 end
-if due > now then
-  for i = 6, #ARGV do
-    schedule(P, ARGV[i], due)
-  end
-  return #ARGV - 5
+for i = 3, #ARGV, 1000 do
+  redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-local items = {}
-for i = 6, #ARGV do
-  local e = ARGV[i]
-  if ttl > 0 then
-    local m, stop = meta_of(e)
-    m[5] = now + ttl
-    e = with_meta(e, m, stop)
-  end
-  items[#items + 1] = e
-end
-push_ready(P, prio, items, false)
-return #items
+redis.call('HSET', rec, field, token)
+redis.call('PEXPIRE', rec, REPLY_KEEP)
+return #ARGV - 2

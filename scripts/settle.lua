@@ -10,7 +10,8 @@
 -- A call is idempotent per token: field ARGV[4] of the replies hash keeps
 -- the token and results of the last call made under that field, and a call
 -- repeated with the same token (its reply was lost, and go-redis or redq
--- sent it again) returns those results. That is looked at first: a cleaner
+-- sent it again) returns those results; a send with an older token belongs
+-- to a call that is over and does nothing. That is looked at first: a cleaner
 -- may have declared the connection dead since the first call, and it leaves
 -- the replies hash to expire (see return_unacked.lua) so that the repeat
 -- still learns what the first call did.
@@ -24,12 +25,22 @@
 local P, conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
 local last = redis.call('HGET', rk, field)
-if last and string.sub(last, 1, #token + 1) == token .. '|' then
-  local out = {1}
-  for i = #token + 2, #last do
-    out[#out + 1] = tonumber(string.sub(last, i, i))
+if last then
+  local t, lt = tonumber(token), tonumber(string.match(last, '^(%d+)|'))
+  if lt == t then
+    local out = {1}
+    for i = #token + 2, #last do
+      out[#out + 1] = tonumber(string.sub(last, i, i))
+    end
+    return out
+  elseif lt > t then
+    -- a late send of a call that is over (see remembered in retry.go)
+    local out = {1}
+    for i = 6, #ARGV do
+      out[#out + 1] = 0
+    end
+    return out
   end
-  return out
 end
 if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
   -- A cleaner emptied this connection's storage and unregistered it: there

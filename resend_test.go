@@ -1,0 +1,316 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq/internal/redistest"
+)
+
+// The verbs answer what happened in Redis whatever happens to their reply
+// (issue 10): each test below loses a reply on purpose through procProxy
+// and changes Redis before the client sends its call again.
+
+// faultRig is a Redis with a proxy in front: admin talks to Redis
+// directly, worker through the proxy.
+type faultRig struct {
+	direct redis.UniversalClient
+	proxy  *procProxy
+	admin  *redisConnection
+	worker *redisConnection
+	ns     string
+}
+
+// newFaultRig opens admin and worker in a namespace of their own on the
+// Redis at addr. The worker's client waits long for replies (so that only
+// the proxy decides when a held reply is lost), and its heartbeat comes
+// only every minute unless opts say otherwise, so that a test can declare
+// it dead by deleting the heartbeat key.
+func newFaultRig(t *testing.T, direct redis.UniversalClient, addr string, opts ...Option) *faultRig {
+	t.Helper()
+	procLoadScripts(t, direct)
+	r := &faultRig{direct: direct, proxy: startProcProxy(t, addr), ns: procNamespace(t)}
+	proxied := redis.NewClient(&redis.Options{Addr: r.proxy.addr(), ReadTimeout: time.Minute, MinRetryBackoff: time.Millisecond})
+	t.Cleanup(func() { proxied.Close() })
+	var err error
+	if r.admin, err = openConn(direct, "admin", nil, WithNamespace(r.ns)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-r.admin.StopAllConsuming() })
+	opts = append([]Option{WithNamespace(r.ns), WithHeartbeat(time.Minute, time.Hour)}, opts...)
+	if r.worker, err = openConn(proxied, "worker", nil, opts...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.proxy.releaseHeld()
+		<-r.worker.StopAllConsuming()
+	})
+	return r
+}
+
+// declareWorkerDead does what a pause past the heartbeat TTL and a cleaner
+// do: the heartbeat is gone, and a cleaner returns what the worker held.
+func (r *faultRig) declareWorkerDead(t *testing.T) int64 {
+	t.Helper()
+	if err := r.direct.Del(context.Background(), r.worker.keys.heartbeat(r.worker.name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewCleaner(r.admin).Clean()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// takeN takes n deliveries on the worker.
+func (r *faultRig) takeN(t *testing.T, q Queue, n int) Deliveries {
+	t.Helper()
+	var out Deliveries
+	for len(out) < n {
+		ds, err := q.TakeBatch(context.Background(), int64(n-len(out)), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ds...)
+	}
+	return out
+}
+
+// refPattern is what a request that names the take of d contains.
+func refPattern(d Delivery) string {
+	ref := d.(*redisDelivery).ref()
+	return fmt.Sprintf("$%d\r\n%s\r\n", len(ref), ref)
+}
+
+func backendAddr(b backend) string {
+	if b.mini != nil {
+		return b.mini.Addr()
+	}
+	return realRedis.Addr()
+}
+
+// Fault 1: the reply of an applied Ack is lost, a cleaner declares the
+// connection dead meanwhile, and go-redis sends the ack again. The answer
+// is the first call's: nil, although the connection is gone now. A
+// delivery the connection held and did not ack went back to ready, and
+// its Ack says so.
+func TestAckAppliedBeforeACleanIsNotDenied(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		procPublish(t, openQueue(t, r.admin, "jobs"), []string{"acked", "kept"})
+		q := openQueue(t, r.worker, "jobs")
+		ds := r.takeN(t, q, 2)
+		acked, kept := ds[0], ds[1]
+		if acked.Payload() != "acked" {
+			acked, kept = kept, acked
+		}
+		r.proxy.armHold(refPattern(acked))
+		ackErr := make(chan error, 1)
+		go func() { ackErr <- acked.Ack() }()
+		r.proxy.awaitTrip(t, 1)
+		if n := r.declareWorkerDead(t); n != 1 {
+			t.Fatalf("the cleaner returned %d deliveries, want the one not acked", n)
+		}
+		r.proxy.releaseHeld()
+		if err := <-ackErr; err != nil {
+			t.Fatalf("LIBRARY BUG: the Ack ran in Redis and its reply was lost; sent again after a cleaner declared "+
+				"the connection dead, it returned %v instead of nil", err)
+		}
+		wantCounts(t, r.admin, "jobs", 1, 0, 0)
+		if err := kept.Ack(); !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
+			t.Fatalf("Ack of the delivery the cleaner returned: %v, want ErrorNotFound and ErrorConnectionLost", err)
+		}
+		wantCounts(t, r.admin, "jobs", 1, 0, 0)
+	})
+}
+
+// Fault 1 across a Redis restart: a batch Ack of 100 ran, Redis was
+// restarted (its script cache is empty) and a cleaner ran before the reply
+// could come. Every one of the 100 is reported acked.
+func TestBatchAckAcrossARedisRestartAndACleanIsNotDenied(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithAppendOnly())
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { direct.Close() })
+	r := newFaultRig(t, direct, srv.Addr())
+	procPublish(t, openQueue(t, r.admin, "jobs"), procPayloads("job", 100))
+	ds := r.takeN(t, openQueue(t, r.worker, "jobs"), 100)
+	r.proxy.armHold(procScriptPatterns(scripts.settle)...)
+	errs := make(chan map[int]error, 1)
+	go func() { errs <- ds.Ack() }()
+	r.proxy.awaitTrip(t, 1)
+	srv.Restart(t)
+	procLoadScripts(t, direct)
+	if n := r.declareWorkerDead(t); n != 0 {
+		t.Fatalf("the cleaner returned %d deliveries; the batch ack had removed them all", n)
+	}
+	r.proxy.releaseHeld()
+	if e := <-errs; len(e) > 0 {
+		t.Fatalf("LIBRARY BUG: a batch Ack that ran before a Redis restart and a clean reported %d of 100 failed, e.g. %v", len(e), e[0])
+	}
+	wantCounts(t, r.admin, "jobs", 0, 0, 0)
+}
+
+// Fault 2: go-redis sends a publish again after a lost reply. Each publish
+// path runs once: the coalesced one, a large batch, a delayed and a
+// prioritised Put.
+func TestPublishRunsOnceWhenItsReplyIsLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		ctx := context.Background()
+		cases := []struct {
+			name           string
+			n              int
+			publish        func(q Queue, ps []string) error
+			ready, delayed int64
+		}{
+			{"one", 1, func(q Queue, ps []string) error { return q.Publish(ps...) }, 1, 0},
+			{"coalesced batch", 50, func(q Queue, ps []string) error { return q.Publish(ps...) }, 50, 0},
+			{"large batch", 250, func(q Queue, ps []string) error { return q.Publish(ps...) }, 250, 0},
+			{"delayed", 1, func(q Queue, ps []string) error { return q.Put(ctx, []byte(ps[0]), Delay(time.Hour)) }, 0, 1},
+			{"priority", 1, func(q Queue, ps []string) error { return q.Put(ctx, []byte(ps[0]), Priority(3)) }, 1, 0},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				name := fmt.Sprintf("q%d", i)
+				q := openQueue(t, r.worker, name)
+				payloads := procPayloads(fmt.Sprintf("pub%d-", i), tc.n)
+				r.proxy.arm(payloads[len(payloads)-1])
+				before := r.proxy.trips()
+				if err := tc.publish(q, payloads); err != nil {
+					t.Fatalf("publish whose reply was lost: %v", err)
+				}
+				if r.proxy.trips() != before+1 {
+					t.Fatalf("the proxy lost %d replies, want 1", r.proxy.trips()-before)
+				}
+				s := mustStats(t, r.admin, name).QueueStats[name]
+				if s.ReadyCount != tc.ready || s.DelayedCount != tc.delayed {
+					t.Fatalf("LIBRARY BUG: after one publish of %d whose reply was lost, ready %d and delayed %d, want %d and %d",
+						tc.n, s.ReadyCount, s.DelayedCount, tc.ready, tc.delayed)
+				}
+			})
+		}
+	})
+}
+
+// Fault 2 with Redis shut down (SIGTERM) between running a publish and
+// answering it: the publish is in Redis once when it returns.
+func TestPublishAcrossARedisRestartRunsOnce(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithAppendOnly())
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { direct.Close() })
+	r := newFaultRig(t, direct, srv.Addr())
+	q := openQueue(t, r.worker, "jobs")
+	payloads := procPayloads("job", 20)
+	r.proxy.armHold(payloads[len(payloads)-1])
+	pubErr := make(chan error, 1)
+	go func() { pubErr <- q.Publish(payloads...) }()
+	r.proxy.awaitTrip(t, 1)
+	srv.Restart(t)
+	r.proxy.releaseHeld()
+	if err := <-pubErr; err != nil {
+		t.Fatalf("publish across a restart: %v", err)
+	}
+	wantCounts(t, r.admin, "jobs", 20, 0, 0)
+}
+
+// Fault 4: an Ack whose reply was lost keeps being sent while Redis is
+// unreachable, longer than the heartbeat TTL, and returns nil once Redis
+// answers. When the retry timeout runs out first, the Ack says that its
+// outcome is unknown if it may have run, and that Redis was unavailable
+// if it never left the process; neither is ErrorNotFound.
+func TestAckKeepsTryingWhileRedisIsUnreachable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		setup := func(t *testing.T, retry time.Duration) (*faultRig, Delivery) {
+			r := newFaultRig(t, b.client, backendAddr(b), WithHeartbeat(100*time.Millisecond, time.Second),
+				WithHeartbeatErrorLimit(1000), WithRetryTimeout(retry))
+			procPublish(t, openQueue(t, r.admin, "jobs"), []string{"job"})
+			return r, r.takeN(t, openQueue(t, r.worker, "jobs"), 1)[0]
+		}
+		t.Run("comes back", func(t *testing.T) {
+			r, d := setup(t, 30*time.Second)
+			r.proxy.armHold(refPattern(d))
+			began := time.Now()
+			ackErr := make(chan error, 1)
+			go func() { ackErr <- d.Ack() }()
+			r.proxy.awaitTrip(t, 1)
+			r.proxy.down()
+			time.Sleep(2500 * time.Millisecond) // past the heartbeat TTL
+			r.proxy.up(t)
+			if err := <-ackErr; err != nil {
+				t.Fatalf("LIBRARY BUG: an Ack that ran, whose reply was lost while Redis was unreachable for 2.5s "+
+					"(heartbeat TTL 1s, retry timeout 30s), returned %v", err)
+			}
+			if took := time.Since(began); took < 2500*time.Millisecond {
+				t.Fatalf("Ack returned after %v, before Redis came back", took)
+			}
+			wantCounts(t, r.admin, "jobs", 0, 0, 0)
+		})
+		t.Run("outcome unknown", func(t *testing.T) {
+			r, d := setup(t, 500*time.Millisecond)
+			r.proxy.armHold(refPattern(d))
+			ackErr := make(chan error, 1)
+			go func() { ackErr <- d.Ack() }()
+			r.proxy.awaitTrip(t, 1)
+			r.proxy.down()
+			err := <-ackErr
+			r.proxy.up(t)
+			if !errors.Is(err, ErrorOutcomeUnknown) || errors.Is(err, ErrorNotFound) {
+				t.Fatalf("Ack that ran without a reply until the retry timeout: %v, want ErrorOutcomeUnknown", err)
+			}
+			wantCounts(t, r.admin, "jobs", 0, 0, 0) // it did run
+		})
+		t.Run("unavailable", func(t *testing.T) {
+			r, d := setup(t, 500*time.Millisecond)
+			r.proxy.down()
+			err := d.Ack()
+			r.proxy.up(t)
+			if !errors.Is(err, ErrorUnavailable) || errors.Is(err, ErrorOutcomeUnknown) || errors.Is(err, ErrorNotFound) {
+				t.Fatalf("Ack while Redis was unreachable all along: %v, want ErrorUnavailable", err)
+			}
+			wantCounts(t, r.admin, "jobs", 0, 0, 1) // it did not run
+			if err := d.Ack(); err != nil {
+				t.Fatalf("Ack once Redis is back: %v", err)
+			}
+			wantCounts(t, r.admin, "jobs", 0, 0, 0)
+		})
+	})
+}
+
+// A Release whose reply was lost while a cleaner declared the connection
+// dead answers from its receipt, as the settle verbs do from their record.
+func TestReleaseAppliedBeforeACleanIsNotDenied(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		procPublish(t, openQueue(t, r.admin, "jobs"), []string{"job"})
+		d := r.takeN(t, openQueue(t, r.worker, "jobs"), 1)[0]
+		r.proxy.armHold(refPattern(d))
+		relErr := make(chan error, 1)
+		go func() { relErr <- d.Release(context.Background(), 0) }()
+		r.proxy.awaitTrip(t, 1)
+		if n := r.declareWorkerDead(t); n != 0 {
+			t.Fatalf("the cleaner returned %d; the release had returned the delivery", n)
+		}
+		r.proxy.releaseHeld()
+		if err := <-relErr; err != nil {
+			t.Fatalf("Release that ran before a clean: %v, want nil", err)
+		}
+		wantCounts(t, r.admin, "jobs", 1, 0, 0)
+	})
+}

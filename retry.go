@@ -1,0 +1,223 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Calls that change Redis (publishes, settles, releases) carry a token that
+// Redis remembers with their outcome, so the same call sent again after a
+// lost reply is answered with the outcome of the first instead of being
+// applied twice or reported as "not found". That makes resending safe, and
+// redq resends such a call, under the same token, for as long as Redis is
+// unreachable or refuses writes for a moment, up to the connection's retry
+// timeout (WithRetryTimeout) or the caller's context. sends tracks the
+// tries of one call and turns them into the call's final error.
+type sends struct {
+	count     int
+	ambiguous bool // a try may have run in Redis without its reply reaching us
+	last      error
+	kind      failure // of the last try
+}
+
+// errBadReply marks a reply redq cannot read: a resend would get it again.
+var errBadReply = errors.New("redq: unexpected reply")
+
+// failure says what a failed try tells about the call.
+type failure int
+
+const (
+	// failAnswered: Redis answered with an error that a resend would get
+	// again (a wrong type, a script error): final.
+	failAnswered failure = iota
+	// failOOM: Redis is out of memory and refused the call: it did
+	// nothing. Final: memory does not come back by waiting a second.
+	failOOM
+	// failRefused: Redis refused the call for now (a replica during a
+	// failover, loading its data, a long script, a cluster slot moving):
+	// it did nothing; resend.
+	failRefused
+	// failUnreached: the call never left this process (no connection could
+	// be made or taken from the pool): it did nothing; resend.
+	failUnreached
+	// failUnknown: the call may have been sent, and no answer came (a
+	// timeout, a connection closed by Redis shutting down, the caller's
+	// context ending): it may have run; resend to find out.
+	failUnknown
+)
+
+// classify says what err, the error of one try, tells about the call.
+func classify(err error) failure {
+	var opErr *net.OpError
+	var redisErr redis.Error
+	switch {
+	case errors.Is(err, errBadReply):
+		return failAnswered
+	case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, redis.ErrPoolTimeout):
+		return failUnreached
+	case errors.As(err, &redisErr):
+		msg := redisErr.Error()
+		switch {
+		case strings.HasPrefix(msg, "OOM "):
+			return failOOM
+		case strings.HasPrefix(msg, "READONLY "), strings.HasPrefix(msg, "LOADING "), strings.HasPrefix(msg, "BUSY "),
+			strings.HasPrefix(msg, "MASTERDOWN "), strings.HasPrefix(msg, "TRYAGAIN "), strings.HasPrefix(msg, "CLUSTERDOWN "),
+			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached":
+			return failRefused
+		}
+		return failAnswered
+	}
+	return failUnknown
+}
+
+// failed records a failed try and reports whether to send the call again
+// (the caller also stops at its deadline).
+func (s *sends) failed(err error) bool {
+	s.count++
+	s.last = err
+	s.kind = classify(err)
+	if s.kind == failUnknown {
+		s.ambiguous = true
+	}
+	return s.kind == failRefused || s.kind == failUnreached || s.kind == failUnknown
+}
+
+// err is the call's final error once no more tries will be made.
+func (s *sends) err() error {
+	switch {
+	case s.ambiguous:
+		return fmt.Errorf("%w (after %d tries: %w)", ErrorOutcomeUnknown, s.count, s.last)
+	case s.kind == failOOM || s.kind == failRefused:
+		return fmt.Errorf("%w: %w", ErrorWritesRefused, s.last)
+	case s.kind == failUnreached:
+		return fmt.Errorf("%w (after %d tries: %w)", ErrorUnavailable, s.count, s.last)
+	}
+	return s.last
+}
+
+// Bounds of WithRetryTimeout. The records that answer a repeated call live
+// for replyKeep (REPLY_KEEP in scripts/lib.lua) after the call, or after a
+// cleaner declared the connection dead, so a call is never sent again after
+// its record is gone.
+const (
+	DefaultRetryTimeout = time.Minute
+	MaxRetryTimeout     = 30 * time.Minute
+	replyKeep           = time.Hour
+)
+
+// retryDeadline is when a call made now with ctx stops being sent again:
+// the connection's retry timeout, or ctx's deadline when that is sooner.
+func (c *redisConnection) retryDeadline(ctx context.Context) time.Time {
+	limit := time.Now().Add(c.opts.retryTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(limit) {
+		return d
+	}
+	return limit
+}
+
+// resend runs call until it succeeds or fails for good: Redis answers, the
+// deadline passes (see retryDeadline) or ctx ends. Each failed try is
+// passed to report with its count. call must be safe to repeat: it sends
+// the same token every time.
+//
+// A try runs under ctx alone, bounded by the client's own timeouts (dial,
+// read, write, its retries), and the deadline is looked at between tries:
+// a try cut short by a deadline of ours would end with a context error
+// that hides whether the call left the process, and the final error could
+// not tell "unavailable" from "unknown". So a call may end up to one try
+// after its deadline.
+func (c *redisConnection) resend(ctx context.Context, call func(context.Context) error, report func(err error, count int)) error {
+	deadline := c.retryDeadline(ctx)
+	var s sends
+	for {
+		err := call(ctx)
+		if err == nil {
+			return nil
+		}
+		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return s.err()
+		}
+		if report != nil {
+			report(err, s.count)
+		}
+		select {
+		case <-ctx.Done():
+			return s.err()
+		case <-time.After(min(backoff(s.count, time.Second), time.Until(deadline))):
+		}
+	}
+}
+
+// remembered is one script call that Redis remembers by a field and a
+// token (see sends): its args carry them. A field serves one call at a
+// time, and the tokens of the calls that use it grow, so the scripts also
+// refuse a send whose token is older than the one they recorded: a send of
+// a finished call that reaches Redis late (it waited in a socket while
+// Redis was paused) does nothing.
+type remembered struct {
+	scriptCall
+	deadline time.Time              // send it again until then
+	report   func(err error, n int) // told each failed try that is sent again; nil: nobody
+	done     func(v any, err error) // given the answer, or the final error, once
+	sends    sends
+}
+
+// sendAll sends calls once in one pipeline (one round trip) and leaves
+// those that need sending again to a goroutine, so that the caller (a
+// group commit's flush) is free at once. Each call's done is called once:
+// from this goroutine for the calls answered now, from the other for the
+// rest.
+func (c *redisConnection) sendAll(calls []*remembered) {
+	if again := c.sendOnce(calls, 1); len(again) > 0 {
+		go func() {
+			for try := 2; len(again) > 0; try++ {
+				time.Sleep(backoff(try-1, time.Second))
+				live := again[:0]
+				for _, call := range again {
+					if time.Now().Before(call.deadline) {
+						live = append(live, call)
+					} else {
+						call.done(nil, call.sends.err())
+					}
+				}
+				if len(live) == 0 {
+					return
+				}
+				again = c.sendOnce(live, try)
+			}
+		}()
+	}
+}
+
+// sendOnce makes one try of calls in one pipeline and returns those to
+// send again. The try is bounded by the client's own timeouts (see
+// resend).
+func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
+	sc := make([]scriptCall, len(calls))
+	for i, call := range calls {
+		sc[i] = call.scriptCall
+	}
+	cmds := evalBatch(context.Background(), c.client, sc)
+	var again []*remembered
+	for i, call := range calls {
+		v, err := cmds[i].Result()
+		if err != nil && call.sends.failed(err) && time.Now().Before(call.deadline) {
+			if call.report != nil {
+				call.report(err, try)
+			}
+			again = append(again, call)
+			continue
+		}
+		if err != nil {
+			err = call.sends.err()
+		}
+		call.done(v, err)
+	}
+	return again
+}
