@@ -40,10 +40,11 @@ import "fmt"
 //	                               receipts of releases and rejections with a
 //	                               reason, so that the same call sent again
 //	                               answers done (kept an hour)
-//	ns:{name}:published:<connection> hash: per publish field, the token of the
-//	                               last call that ran, so that a call sent
-//	                               again runs once (expires an hour after the
-//	                               connection's last publish)
+//	ns:{name}:published:<connection>:<field>
+//	                               the token of the last publish call that ran
+//	                               under one of the connection's publish fields,
+//	                               so that a call sent again runs once (expires
+//	                               an hour after the last publish under it)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
 //
 // Names are validated (see validName) so that no name can produce another
@@ -99,4 +100,8 @@ func (k queueKeys) level(p string) string { return k.ready + ":" + p }
 
 func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" + conn }
 
-func (k queueKeys) published(conn string) string { return k.prefix + ":published:" + conn }
+// published is the record of one publish field of a connection (see
+// scripts/publish.lua).
+func (k queueKeys) published(conn, field string) string {
+	return k.prefix + ":published:" + conn + ":" + field
+}

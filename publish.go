@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -195,7 +196,7 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	case len(args) <= coalesceMaxPayloads && size <= coalesceMaxBytes:
 		err = q.conn.publisher.publish(ctx, q, args)
 	default:
-		err = q.conn.publisher.direct(ctx, q, scripts.publish, nil, args)
+		err = q.conn.publisher.pushDirect(ctx, q, args)
 	}
 	if err != nil {
 		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
@@ -252,16 +253,72 @@ func (p *publisher) publish(ctx context.Context, q *redisQueue, envs []any) erro
 	return err
 }
 
-// direct runs one publish call of its own: script with head, a field, a
-// token and the envelopes as arguments.
+// direct runs one publish call of its own: script with head, a token and
+// the envelopes as arguments, and the record of the field it holds as its
+// second key (see put.lua).
 func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Script, head []any, envs []any) error {
 	field := p.fields.get()
 	defer p.fields.put(field)
-	args := append(append(head, field, p.conn.nextToken()), envs...)
-	keys := []string{q.keys.ready, q.keys.published(p.conn.name)}
+	args := append(append(head, p.conn.nextToken()), envs...)
+	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
 		return script.Run(ctx, p.conn.client, keys, args...).Err()
 	}, nil)
+}
+
+// pushDirect runs one plain publish of its own (see pushCall).
+func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) error {
+	field := p.fields.get()
+	defer p.fields.put(field)
+	call := []*pushCall{p.pushCall(q, field, p.conn.nextToken(), envs)}
+	return p.conn.resend(ctx, func(ctx context.Context) error {
+		return pushBatch(ctx, p.conn.client, call)[0].Err()
+	}, nil)
+}
+
+// pushCall is a plain publish to one queue: an LPUSH of the envelopes to
+// ready and the guard (publish.lua) in one MULTI/EXEC, so that the payloads
+// never pass through Lua and the call still runs once however often it is
+// sent.
+type pushCall struct {
+	ready, record string // the record of the field the call holds
+	token         string
+	envs          []any
+}
+
+func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
+	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.name, field), token: token, envs: envs}
+}
+
+// pushBatch sends calls in one transaction (one round trip; a cluster
+// client makes one per slot) and returns each call's guard command: its
+// value is how many envelopes the call added (0: a send of it ran
+// already), its error the call's. When Redis refused the transaction
+// (EXECABORT, for example out of memory) nothing ran, and the error is the
+// reason Redis gave for the command it refused.
+func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
+	pipe := c.TxPipeline()
+	pushes := make([]*redis.IntCmd, len(calls))
+	guards := make([]*redis.Cmd, len(calls))
+	for i, pc := range calls {
+		pushes[i] = pipe.LPush(ctx, pc.ready, pc.envs...)
+		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record}, pc.token, len(pc.envs))
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && strings.HasPrefix(err.Error(), "EXECABORT") {
+		for i := range calls {
+			if perr := pushes[i].Err(); perr != nil && !strings.HasPrefix(perr.Error(), "EXECABORT") {
+				guards[i].SetErr(perr)
+			}
+		}
+		return guards
+	}
+	for i := range calls {
+		if perr := pushes[i].Err(); perr != nil && guards[i].Err() == nil {
+			guards[i].SetErr(perr)
+		}
+	}
+	return guards
 }
 
 // flush sends one script call per queue, in one pipeline.
@@ -285,15 +342,15 @@ func (p *publisher) flush(_ int, batch []*publishRequest) {
 	for i, q := range queues {
 		field := p.fields.get()
 		rs := byQueue[q]
-		args := []any{field, token}
+		var envs []any
 		rc := &remembered{}
 		for _, r := range rs {
-			args = append(args, r.envs...)
+			envs = append(envs, r.envs...)
 			if r.deadline.After(rc.deadline) {
 				rc.deadline = r.deadline
 			}
 		}
-		rc.scriptCall = scriptCall{scripts.publish, []string{q.keys.ready, q.keys.published(p.conn.name)}, args}
+		rc.push = p.pushCall(q, field, token, envs)
 		rc.done = func(_ any, err error) {
 			p.fields.put(field)
 			for _, r := range rs {

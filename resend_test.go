@@ -314,3 +314,75 @@ func TestReleaseAppliedBeforeACleanIsNotDenied(t *testing.T) {
 		wantCounts(t, r.admin, "jobs", 1, 0, 0)
 	})
 }
+
+// The publish guard: a plain publish transaction sent twice lands once, a
+// send of an older call under the same field (one that reached Redis
+// late) lands nothing, and the next call lands. Also for Put's script.
+func TestPublishGuardRunsEachCallOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c, err := openConn(b.client, "guard", nil, namespace())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-c.StopAllConsuming() })
+		q := openQueue(t, c, "jobs")
+		ctx := context.Background()
+		p := c.publisher
+		envs := func(prefix string, n int) []any {
+			out := make([]any, n)
+			for i := range out {
+				e, err := encodeEnvelope(c.ids, time.Now(), meta{}, []byte(fmt.Sprintf("%s-%d", prefix, i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[i] = e
+			}
+			return out
+		}
+		send := func(token string, es []any) int64 {
+			t.Helper()
+			n, err := pushBatch(ctx, c.client, []*pushCall{p.pushCall(q, "pX", token, es)})[0].Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		first := envs("first", 3)
+		if n := send("10", first); n != 3 {
+			t.Fatalf("first send published %d, want 3", n)
+		}
+		if n := send("10", first); n != 0 {
+			t.Fatalf("the same call sent again published %d, want 0", n)
+		}
+		if n := send("9", envs("late", 2)); n != 0 {
+			t.Fatalf("a late send of an older call published %d, want 0", n)
+		}
+		wantCounts(t, c, "jobs", 3, 0, 0)
+		got, err := q.Drain(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != "[first-0 first-1 first-2]" {
+			t.Fatalf("ready holds %v, want the first call's three", got)
+		}
+		if n := send("11", envs("next", 2)); n != 2 {
+			t.Fatalf("the next call published %d, want 2", n)
+		}
+		put := func(token string) int64 {
+			t.Helper()
+			keys := []string{q.keys.ready, q.keys.published(c.name, "pY")}
+			n, err := scripts.put.Run(ctx, c.client, keys, q.keys.prefix, 0, 0, 60000, 0, token, envs("put", 1)[0]).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if put("5") != 1 || put("5") != 0 || put("4") != 0 {
+			t.Fatal("Put's script did not run its call exactly once")
+		}
+		s := mustStats(t, c, "jobs").QueueStats["jobs"]
+		if s.ReadyCount != 2 || s.DelayedCount != 1 {
+			t.Fatalf("ready %d, delayed %d; want 2 and 1", s.ReadyCount, s.DelayedCount)
+		}
+	})
+}

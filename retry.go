@@ -161,11 +161,12 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 // a finished call that reaches Redis late (it waited in a socket while
 // Redis was paused) does nothing.
 type remembered struct {
-	scriptCall
-	deadline time.Time              // send it again until then
-	report   func(err error, n int) // told each failed try that is sent again; nil: nobody
-	done     func(v any, err error) // given the answer, or the final error, once
-	sends    sends
+	scriptCall                        // the call, or:
+	push       *pushCall              // a plain publish; the calls sent together are all of one kind
+	deadline   time.Time              // send it again until then
+	report     func(err error, n int) // told each failed try that is sent again; nil: nobody
+	done       func(v any, err error) // given the answer, or the final error, once
+	sends      sends
 }
 
 // sendAll sends calls once in one pipeline (one round trip) and leaves
@@ -199,11 +200,20 @@ func (c *redisConnection) sendAll(calls []*remembered) {
 // send again. The try is bounded by the client's own timeouts (see
 // resend).
 func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
-	sc := make([]scriptCall, len(calls))
-	for i, call := range calls {
-		sc[i] = call.scriptCall
+	var cmds []*redis.Cmd
+	if calls[0].push != nil {
+		pc := make([]*pushCall, len(calls))
+		for i, call := range calls {
+			pc[i] = call.push
+		}
+		cmds = pushBatch(context.Background(), c.client, pc)
+	} else {
+		sc := make([]scriptCall, len(calls))
+		for i, call := range calls {
+			sc[i] = call.scriptCall
+		}
+		cmds = evalBatch(context.Background(), c.client, sc)
 	}
-	cmds := evalBatch(context.Background(), c.client, sc)
 	var again []*remembered
 	for i, call := range calls {
 		v, err := cmds[i].Result()

@@ -40,11 +40,26 @@ func readScript(name string) string {
 	return string(b)
 }
 
-func mustScript(name string) *redis.Script { return redis.NewScript(readScript(name)) }
+func mustScript(name string) *redis.Script { return redis.NewScript(compact(readScript(name))) }
 
 // queueScript is a script with the shared helpers it uses in front of it.
 func queueScript(name string) *redis.Script {
-	return redis.NewScript(withHelpers(readScript("lib"), readScript(name)))
+	return redis.NewScript(compact(withHelpers(readScript("lib"), readScript(name))))
+}
+
+// compact drops the comment lines and blank lines of a script: they are
+// for the reader of scripts/, and a script sent with EVAL (see
+// publish.lua) is hashed by Redis on every call.
+func compact(src string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(src, "\n") {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // libDef matches the first line of a top-level definition in lib.lua.

@@ -6,19 +6,17 @@
 --
 -- Once per token, as publish.lua: see there.
 --
--- KEYS[1] ready (routes the call), KEYS[2] the connection's publish records
+-- KEYS[1] ready (routes the call), KEYS[2] the publish record of the
+-- field the call holds
 -- ARGV[1] queue prefix, ARGV[2] priority, ARGV[3] ttl ms, ARGV[4] delay ms,
--- ARGV[5] due time (Redis ms, 0: none), ARGV[6] field, ARGV[7] token,
--- ARGV[8..] envelopes
+-- ARGV[5] due time (Redis ms, 0: none), ARGV[6] token, ARGV[7..] envelopes
 local P, prio, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local delay, at = tonumber(ARGV[4]), tonumber(ARGV[5])
-local rec, field, token = KEYS[2], ARGV[6], tonumber(ARGV[7])
-local last = tonumber(redis.call('HGET', rec, field))
-if last and last >= token then
+local last = redis.call('SET', KEYS[2], ARGV[6], 'GET', 'PX', REPLY_KEEP)
+if last and tonumber(last) >= tonumber(ARGV[6]) then
+  redis.call('SET', KEYS[2], last, 'PX', REPLY_KEEP)
   return 0
 end
-redis.call('HSET', rec, field, token)
-redis.call('PEXPIRE', rec, REPLY_KEEP)
 local now = now_ms()
 local due = 0
 if at > 0 then
@@ -27,13 +25,13 @@ elseif delay > 0 then
   due = now + delay
 end
 if due > now then
-  for i = 8, #ARGV do
+  for i = 7, #ARGV do
     schedule(P, ARGV[i], due)
   end
-  return #ARGV - 7
+  return #ARGV - 6
 end
 local items = {}
-for i = 8, #ARGV do
+for i = 7, #ARGV do
   local e = ARGV[i]
   if ttl > 0 then
     local m, stop = meta_of(e)
