@@ -42,8 +42,9 @@ type Connection interface {
 // Open opens a connection on any go-redis client (a single node, a failover
 // client or a cluster client). tag names the connection (its full name is
 // tag-<random>); errChan, if not nil, receives background errors
-// (HeartbeatError, ConsumeError, DeliveryError, ErrorConnectionLost) and is
-// never blocked on: errors that do not fit are dropped.
+// (HeartbeatError, ConsumeError, DeliveryError, ErrorConnectionLost, and at
+// open an EvictionWarning when Redis may evict keys) and is never blocked
+// on: errors that do not fit are dropped.
 func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
 	c, err := open(ctx, tag, client, errChan, opts)
 	if err != nil {
@@ -135,6 +136,9 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 		c.name, o.heartbeatTTL.Milliseconds()).Err()
 	if err != nil {
 		return nil, fmt.Errorf("redq: register connection %s: %w", c.name, err)
+	}
+	if errChan != nil {
+		c.checkEviction(ctx)
 	}
 	hbCtx, cancel := context.WithCancel(context.Background())
 	c.hbCancel = cancel
