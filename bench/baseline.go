@@ -60,7 +60,7 @@ func baseDrainLimit(n int) time.Duration {
 func baseE2EWorkers(cfg e2eConfig) (int, error) {
 	switch {
 	case cfg.N <= 0:
-		return 0, fmt.Errorf("N %d must be positive", cfg.N)
+		return 0, fmt.Errorf("the delivery count %d must be positive", cfg.N)
 	case cfg.Batch > 0:
 		return 1, nil
 	case cfg.Consumers > 0:

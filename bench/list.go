@@ -109,28 +109,30 @@ func (r *listRun) one() func(int) string {
 	return func(int) string { return r.ready[0] }
 }
 
-// take moves the oldest delivery of ready into proc with RPOPLPUSH; ok is
-// false when ready is empty.
+// take moves the oldest delivery of ready into proc with LMOVE RIGHT LEFT
+// (RPOPLPUSH's successor, the same command in Redis); ok is false when
+// ready is empty.
 func (r *listRun) take(ctx context.Context, ready, proc string) (p string, ok bool, err error) {
-	p, err = r.rdb.RPopLPush(ctx, ready, proc).Result()
+	p, err = r.rdb.LMove(ctx, ready, proc, "RIGHT", "LEFT").Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("list: RPOPLPUSH %s %s: %w", ready, proc, err)
+		return "", false, fmt.Errorf("list: LMOVE %s %s: %w", ready, proc, err)
 	}
 	return p, true, nil
 }
 
 // wait waits up to listBlock for a delivery on ready and moves it into
-// proc with BRPOPLPUSH; ok is false when none came.
+// proc with BLMOVE RIGHT LEFT (BRPOPLPUSH's successor); ok is false when
+// none came.
 func (r *listRun) wait(ctx context.Context, ready, proc string) (p string, ok bool, err error) {
-	p, err = r.rdb.BRPopLPush(ctx, ready, proc, listBlock).Result()
+	p, err = r.rdb.BLMove(ctx, ready, proc, "RIGHT", "LEFT", listBlock).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("list: BRPOPLPUSH %s %s: %w", ready, proc, err)
+		return "", false, fmt.Errorf("list: BLMOVE %s %s: %w", ready, proc, err)
 	}
 	return p, true, nil
 }
