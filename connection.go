@@ -90,8 +90,9 @@ type redisConnection struct {
 	ids       *idSource
 	acks      *committer
 	publisher *publisher
-	handles   atomic.Int64  // numbers queue handles
-	tokens    atomic.Uint64 // numbers calls that Redis remembers (see nextToken)
+	keyed     *scriptBatcher // upserts, cancels and run-nows of keyed items
+	handles   atomic.Int64   // numbers queue handles
+	tokens    atomic.Uint64  // numbers calls that Redis remembers (see nextToken)
 
 	mu       sync.Mutex
 	queues   []*redisQueue // queues that started consuming
@@ -132,6 +133,7 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	}
 	c.acks = newCommitter(c)
 	c.publisher = newPublisher(c)
+	c.keyed = newScriptBatcher(c, "k")
 	err := scripts.register.Run(ctx, client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
 		c.name, o.heartbeatTTL.Milliseconds()).Err()
 	if err != nil {

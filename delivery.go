@@ -29,6 +29,8 @@ type Delivery interface {
 	// PublishedAt returns when it was published, by the publisher's clock
 	// (zero for items that another program pushed without an envelope).
 	PublishedAt() time.Time
+	// Key returns the key of a keyed delivery (see Queue.Upsert), or "".
+	Key() string
 	// Ack removes the delivery from Redis. nil means it is gone.
 	Ack() error
 	// Reject moves the delivery to the queue's rejected list.
@@ -86,13 +88,19 @@ func (d *redisDelivery) Header() http.Header    { return d.header }
 func (d *redisDelivery) ID() string             { return hex.EncodeToString([]byte(d.id)) }
 func (d *redisDelivery) Attempts() int          { return d.attempts + 1 }
 func (d *redisDelivery) PublishedAt() time.Time { return publishedAt(d.id) }
+func (d *redisDelivery) Key() string            { return d.key }
 func (d *redisDelivery) String() string         { return fmt.Sprintf("[%s %x]", d.q.name, d.id) }
 
 // ref names this take of the delivery to the scripts: its field in the
-// connection's unacked hash, the id followed by the take's fence (see
-// fetch.lua). A later take of the same delivery has another fence, so a
-// verb on this handle can never act on it.
-func (d *redisDelivery) ref() string { return d.id + d.fence }
+// connection's unacked hash, the id followed by the take's fence, and 'k'
+// for a keyed item (see fetch.lua). A later take of the same delivery has
+// another fence, so a verb on this handle can never act on it.
+func (d *redisDelivery) ref() string {
+	if d.key != "" {
+		return d.id + d.fence + "k"
+	}
+	return d.id + d.fence
+}
 
 // leaseOver reports whether the delivery's lease has run out by this
 // process's clock (never, without a lease; the clock is read only then).

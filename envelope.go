@@ -17,6 +17,7 @@ import (
 //
 //	0x01 | id[16] | payload
 //	0x03 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen;" | headers JSON | payload
+//	0x04 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen,keyLen,due;" | key | headers JSON | payload
 //
 // The numbers are decimal: attempts counts how often the delivery went back
 // to ready after it was taken (released, lease lost, connection dead);
@@ -25,7 +26,10 @@ import (
 // (0: never), set by the scripts when the delivery becomes ready. Plain
 // Publish writes format 1; anything with options writes format 3, and the
 // scripts rewrite a format-1 envelope into format 3 when they count an
-// attempt.
+// attempt. A keyed item (Upsert) is format 4: it also carries its key and
+// its due time (Redis ms), which the scripts set. While a keyed item waits
+// in the delayed set or a ready list, it is represented there by a stub
+// (0x05, see scripts/lib.lua), never by its envelope.
 //
 // The id makes deliveries with byte-identical payloads distinct, so Ack,
 // Reject and Push act on exactly one of them. Its first 6 bytes are the
@@ -37,6 +41,7 @@ import (
 const (
 	envPlain    byte = 0x01
 	envMeta     byte = 0x03
+	envKeyed    byte = 0x04
 	idLen            = 16
 	envFixedLen      = 1 + idLen
 )
@@ -70,11 +75,13 @@ type meta struct {
 	ttr, ttl time.Duration
 	expireAt int64 // Redis time, ms
 	header   http.Header
+	key      string // a keyed item's key (format 4); "" for others
+	due      int64  // a keyed item's due time, Redis ms (format 4)
 }
 
 // plain reports whether m needs no metadata at all (format 1).
 func (m meta) plain() bool {
-	return m.attempts == 0 && m.priority == 0 && m.ttr == 0 && m.ttl == 0 && m.expireAt == 0 && len(m.header) == 0
+	return m.attempts == 0 && m.priority == 0 && m.ttr == 0 && m.ttl == 0 && m.expireAt == 0 && len(m.header) == 0 && m.key == ""
 }
 
 // encodeEnvelope builds the stored form of one delivery.
@@ -100,6 +107,14 @@ func appendMeta(b []byte, m meta, headerLen int) []byte {
 	b = strconv.AppendInt(b, m.expireAt, 10)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, int64(headerLen), 10)
+	if m.key != "" {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(len(m.key)), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, m.due, 10)
+		b = append(b, ';')
+		return append(b, m.key...)
+	}
 	return append(b, ';')
 }
 
@@ -124,8 +139,8 @@ func decodeEnvelope(s string) (env envelope, ok bool) {
 	case envPlain:
 		env.payload = s[envFixedLen:]
 		return env, true
-	case envMeta:
-		if m, rest, ok := parseMeta(s[envFixedLen:]); ok {
+	case envMeta, envKeyed:
+		if m, rest, ok := parseMeta(s[envFixedLen:], s[0] == envKeyed); ok {
 			env.meta = m
 			env.payload = rest
 			return env, true
@@ -135,14 +150,19 @@ func decodeEnvelope(s string) (env envelope, ok bool) {
 	return env, false
 }
 
-// parseMeta reads "a,p,ttr,ttl,exp,hl;" + headers from the front of s and
-// returns the rest (the payload).
-func parseMeta(s string) (meta, string, bool) {
+// parseMeta reads "a,p,ttr,ttl,exp,hl;" + headers from the front of s, or
+// with keyed "a,p,ttr,ttl,exp,hl,kl,due;" + key + headers, and returns the
+// rest (the payload).
+func parseMeta(s string, keyed bool) (meta, string, bool) {
 	end := strings.IndexByte(s, ';')
-	if end < 0 || end > 120 {
+	if end < 0 || end > 160 {
 		return meta{}, "", false
 	}
-	var n [6]int64
+	var all [8]int64
+	n := all[:6]
+	if keyed {
+		n = all[:]
+	}
 	fields := s[:end]
 	for i := range n {
 		f := fields
@@ -160,11 +180,17 @@ func parseMeta(s string) (meta, string, bool) {
 		n[i] = v
 	}
 	rest := s[end+1:]
+	m := meta{attempts: int(n[0]), priority: int(n[1]), ttr: time.Duration(n[2]) * time.Millisecond,
+		ttl: time.Duration(n[3]) * time.Millisecond, expireAt: n[4]}
+	if keyed {
+		if n[6] < 1 || n[6] > int64(len(rest)) {
+			return meta{}, "", false
+		}
+		m.key, m.due, rest = rest[:n[6]], n[7], rest[n[6]:]
+	}
 	if n[5] > int64(len(rest)) {
 		return meta{}, "", false
 	}
-	m := meta{attempts: int(n[0]), priority: int(n[1]), ttr: time.Duration(n[2]) * time.Millisecond,
-		ttl: time.Duration(n[3]) * time.Millisecond, expireAt: n[4]}
 	if n[5] > 0 {
 		if err := json.Unmarshal([]byte(rest[:n[5]]), &m.header); err != nil {
 			return meta{}, "", false
@@ -196,8 +222,12 @@ func encodeWithID(id string, m meta, payload []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b := make([]byte, 0, envFixedLen+40+len(hj)+len(payload))
-	b = append(b, envMeta)
+	b := make([]byte, 0, envFixedLen+60+len(m.key)+len(hj)+len(payload))
+	if m.key != "" {
+		b = append(b, envKeyed)
+	} else {
+		b = append(b, envMeta)
+	}
 	b = append(b, id...)
 	b = appendMeta(b, m, len(hj))
 	b = append(b, hj...)

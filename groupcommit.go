@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // groupCommit coalesces requests from many goroutines into few Redis calls.
@@ -110,4 +111,71 @@ func await[T any](ctx context.Context, state *atomic.Int32, done <-chan T) (T, e
 	default:
 	}
 	return zero, fmt.Errorf("%w: %w", ErrorOutcomeUnknown, ctx.Err())
+}
+
+// scriptBatcher sends independent script calls of many goroutines
+// together: the calls pending when a flush starts share one pipeline (one
+// round trip). Each call holds a record slot of its own (a field of the
+// pool) and a token, and is sent again like a settle while Redis gives no
+// answer (see remembered), so it runs once however often it is sent.
+type scriptBatcher struct {
+	conn   *redisConnection
+	group  *groupCommit[*batchedCall]
+	fields fieldPool
+}
+
+type batchedCall struct {
+	build    func(field, token string) scriptCall
+	deadline time.Time
+	state    atomic.Int32 // requestPending, requestTaken or requestWithdrawn
+	done     chan batchedResult
+}
+
+type batchedResult struct {
+	v   any
+	err error
+}
+
+func newScriptBatcher(c *redisConnection, prefix string) *scriptBatcher {
+	b := &scriptBatcher{conn: c, fields: fieldPool{prefix: prefix}}
+	b.group = newGroupCommit(b.flush)
+	return b
+}
+
+// call runs the script call that build makes for the slot and token it is
+// given, and returns Redis's answer. The call is sent again until the
+// retry deadline for ctx (see retryDeadline); when ctx ends first, the
+// error is ctx's if nothing was sent, or ErrorOutcomeUnknown if it may
+// still run.
+func (b *scriptBatcher) call(ctx context.Context, build func(field, token string) scriptCall) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &batchedCall{build: build, deadline: b.conn.retryDeadline(ctx), done: make(chan batchedResult, 1)}
+	b.group.submit(r)
+	res, err := await(ctx, &r.state, r.done)
+	if err != nil {
+		return nil, err
+	}
+	return res.v, res.err
+}
+
+func (b *scriptBatcher) flush(_ int, batch []*batchedCall) {
+	var calls []*remembered
+	token := b.conn.nextToken()
+	for _, r := range batch {
+		if !r.state.CompareAndSwap(requestPending, requestTaken) {
+			continue // withdrawn by its caller
+		}
+		field := b.fields.get()
+		r := r
+		calls = append(calls, &remembered{scriptCall: r.build(field, token), deadline: r.deadline,
+			done: func(v any, err error) {
+				b.fields.put(field)
+				r.done <- batchedResult{v, err}
+			}})
+	}
+	if len(calls) > 0 {
+		b.conn.sendAll(calls)
+	}
 }

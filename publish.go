@@ -32,6 +32,11 @@ type publishOptions struct {
 	at       time.Time // zero: not scheduled at a time
 	priority int
 	ttl, ttr time.Duration
+	// Upsert's options (see keyed.go); keyedSet records that one was
+	// given, so that Put can refuse them.
+	onExisting UpsertMode
+	maxWait    time.Duration
+	keyedSet   bool
 }
 
 // Header attaches headers to a published delivery; the consumer reads them
@@ -154,10 +159,14 @@ func (q *redisQueue) PublishBytesContext(ctx context.Context, payload ...[]byte)
 
 func (q *redisQueue) Put(ctx context.Context, payload []byte, opts ...PublishOption) error {
 	o := q.defaults
+	o.keyedSet = false
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return err
 		}
+	}
+	if o.keyedSet {
+		return argError("publish option", "OnExisting/MaxWait", "applies to keyed deliveries only: use Upsert")
 	}
 	return q.publish(ctx, o, [][]byte{payload})
 }

@@ -29,7 +29,29 @@ type Queue interface {
 	// (WithPublishDefaults). Bad options return an *ArgumentError and
 	// publish nothing.
 	Put(ctx context.Context, payload []byte, opts ...PublishOption) error
-	// SetPushQueue sets where Push moves deliveries (nil: Push rejects).
+	// Upsert publishes a keyed delivery, or updates the pending item of the
+	// key in place: by default (OnExisting(ReplaceAll)) with the new
+	// payload and due time, so that a burst of upserts runs once after it
+	// calms down (debounce; MaxWait bounds the wait). A key has at most one
+	// pending item and at most one running delivery, across all
+	// connections; an upsert while the key runs parks a successor that
+	// becomes due once the running delivery is settled (Queued), so nothing
+	// that arrives meanwhile is dropped. It takes Put's options (Delay, At,
+	// Priority, TTL, TTR, Header) and OnExisting and MaxWait. The key is 1
+	// to MaxKeyLength bytes, any bytes.
+	Upsert(ctx context.Context, key string, payload []byte, opts ...PublishOption) (UpsertOutcome, error)
+	// Cancel removes the pending item of the key (or its parked successor),
+	// never a running delivery, and reports whether there was one.
+	Cancel(ctx context.Context, key string) (bool, error)
+	// Lookup reports what the key has; ErrorNotFound when it has neither a
+	// pending item nor a running delivery.
+	Lookup(ctx context.Context, key string) (KeyedItem, error)
+	// RunNow makes the pending item of the key due now (a parked successor:
+	// as soon as the running delivery is settled) and reports whether there
+	// was one.
+	RunNow(ctx context.Context, key string) (bool, error)
+	// SetPushQueue sets where Push moves deliveries (nil: Push rejects). A
+	// keyed delivery pushed on is upserted into the push queue by its key.
 	SetPushQueue(pushQueue Queue)
 	// StartConsuming starts fetching deliveries into a buffer of
 	// prefetchLimit, refilled in one Redis call when it is half empty (as in

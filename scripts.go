@@ -30,6 +30,8 @@ type scriptSet struct {
 	publish, put, release, touch         *redis.Script
 	rejectWith                           *redis.Script
 	maintain, counts, drain              *redis.Script
+	upsert, keyedCancel, keyedRunNow     *redis.Script
+	keyedLookup                          *redis.Script
 }
 
 func readScript(name string) string {
@@ -153,6 +155,10 @@ var scripts = scriptSet{
 	maintain:       queueScript("maintain"),
 	counts:         queueScript("counts"),
 	drain:          queueScript("drain"),
+	upsert:         queueScript("upsert"),
+	keyedCancel:    queueScript("keyed_cancel"),
+	keyedRunNow:    queueScript("keyed_run_now"),
+	keyedLookup:    queueScript("keyed_lookup"),
 }
 
 // isNoScript reports whether err says the script cache did not hold the

@@ -16,7 +16,8 @@ func TestScriptsCarryTheHelpersTheyUse(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"fetch", "settle", "return_unacked", "return_rejected", "purge", "publish",
-		"release", "touch", "reject_with", "maintain", "counts", "drain"} {
+		"release", "touch", "reject_with", "maintain", "counts", "drain", "put", "upsert", "keyed_cancel",
+		"keyed_run_now", "keyed_lookup"} {
 		body := readScript(name)
 		full := withHelpers(lib, body)
 		if !strings.HasSuffix(full, body) {

@@ -32,6 +32,16 @@ type QueueStat struct {
 	// ExpiredCount counts the deliveries dropped because their time to
 	// live ran out (see TTL), since the queue was created or destroyed.
 	ExpiredCount int64 `json:"expired"`
+	// KeyedPending counts the keys with a pending item waiting for its due
+	// time or a consumer (see Upsert); they are among ReadyCount and
+	// DelayedCount too.
+	KeyedPending int64 `json:"keyedPending"`
+	// KeyedRunning counts the keys whose delivery is taken and not yet
+	// settled; they are among the unacked deliveries too.
+	KeyedRunning int64 `json:"keyedRunning"`
+	// KeyedParked counts the successors parked behind a running delivery
+	// of their key; they are in no other count.
+	KeyedParked int64 `json:"keyedParked"`
 	// Connections holds, per connection registered for the queue, its
 	// unacked count, consumer count and whether it is alive.
 	Connections map[string]ConnectionStat `json:"connections"`
@@ -96,6 +106,9 @@ func (s Stats) String() string {
 	for _, name := range s.Names() {
 		q := s.QueueStats[name]
 		fmt.Fprintf(&b, "%-30s %10d %10d %10d %10d %10d %10d %12d\n", name, q.ReadyCount, q.RejectedCount, q.DelayedCount, q.ExpiredCount, q.UnackedCount(), q.ConsumerCount(), q.ConnectionCount())
+		if q.KeyedPending+q.KeyedRunning+q.KeyedParked > 0 {
+			fmt.Fprintf(&b, "  keyed: %d pending, %d running, %d parked\n", q.KeyedPending, q.KeyedRunning, q.KeyedParked)
+		}
 		conns := make([]string, 0, len(q.Connections))
 		for c := range q.Connections {
 			conns = append(conns, c)
@@ -158,7 +171,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		}
 		if cerr == nil {
 			counts[i], cerr = int64s(v)
-			if cerr == nil && len(counts[i]) != 4 {
+			if cerr == nil && len(counts[i]) != 7 {
 				cerr = fmt.Errorf("unexpected reply %v", v)
 			}
 		}
@@ -209,7 +222,8 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	seen := map[string]bool{}
 	for i, name := range queueList {
 		n := counts[i]
-		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3], Connections: map[string]ConnectionStat{}}
+		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3],
+			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}

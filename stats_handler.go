@@ -26,6 +26,10 @@ const (
 // Stats as encoded by encoding/json, so it carries "delayed" and "expired"
 // per queue too.
 //
+// Keyed items (Upsert) add a cell per queue with the keys pending, running
+// and parked, and the JSON carries keyedPending, keyedRunning and
+// keyedParked.
+//
 // Ready counts every priority; delayed counts deliveries waiting for their
 // due time (Delay, At, Release with a delay); expired counts deliveries
 // dropped because their time to live ran out, since the queue was created
@@ -144,6 +148,8 @@ type statsPage struct {
 type statsQueueRow struct {
 	Name                              string
 	Ready, Rejected, Delayed, Expired int64
+	KeyedPending, KeyedRunning        int64
+	KeyedParked                       int64
 	Unacked, Consumers, Connections   int64
 	DeadConnections                   int
 	Conns                             []statsConnRow
@@ -174,14 +180,17 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 	for _, name := range s.Names() {
 		qs := s.QueueStats[name]
 		row := statsQueueRow{
-			Name:        name,
-			Ready:       qs.ReadyCount,
-			Rejected:    qs.RejectedCount,
-			Delayed:     qs.DelayedCount,
-			Expired:     qs.ExpiredCount,
-			Unacked:     qs.UnackedCount(),
-			Consumers:   qs.ConsumerCount(),
-			Connections: qs.ConnectionCount(),
+			Name:         name,
+			Ready:        qs.ReadyCount,
+			Rejected:     qs.RejectedCount,
+			Delayed:      qs.DelayedCount,
+			Expired:      qs.ExpiredCount,
+			KeyedPending: qs.KeyedPending,
+			KeyedRunning: qs.KeyedRunning,
+			KeyedParked:  qs.KeyedParked,
+			Unacked:      qs.UnackedCount(),
+			Consumers:    qs.ConsumerCount(),
+			Connections:  qs.ConnectionCount(),
 		}
 		for _, conn := range sortedStatsKeys(qs.Connections) {
 			cs := qs.Connections[conn]
@@ -255,7 +264,7 @@ tr.dead { background: #ffebe9; }
 &middot; <a href="{{.JSONURL}}">JSON</a></p>
 <table id="queues">
 <thead>
-<tr><th scope="col">queue{{if not .Condensed}} / connection{{end}}</th><th scope="col">ready</th><th scope="col">rejected</th><th scope="col" title="waiting for their due time">delayed</th><th scope="col" title="dropped because their time to live ran out">expired</th><th scope="col">unacked</th><th scope="col">consumers</th><th scope="col">connections</th></tr>
+<tr><th scope="col">queue{{if not .Condensed}} / connection{{end}}</th><th scope="col">ready</th><th scope="col">rejected</th><th scope="col" title="waiting for their due time">delayed</th><th scope="col" title="dropped because their time to live ran out">expired</th><th scope="col">unacked</th><th scope="col">consumers</th><th scope="col">connections</th><th scope="col" title="keys with a pending item, keys running, successors parked behind a running key">keyed</th></tr>
 </thead>
 {{- range .Queues}}
 <tbody>
@@ -268,6 +277,7 @@ tr.dead { background: #ffebe9; }
 <td data-field="unacked">{{.Unacked}}</td>
 <td data-field="consumers">{{.Consumers}}</td>
 <td data-field="connections">{{.Connections}}{{if .DeadConnections}} <span class="status dead" title="dead connections still holding unacked deliveries until a cleaner runs">{{.DeadConnections}} dead</span>{{end}}</td>
+<td class="keyed">{{if or .KeyedPending .KeyedRunning .KeyedParked}}<span data-field="keyed-pending">{{.KeyedPending}}</span> pending &middot; <span data-field="keyed-running">{{.KeyedRunning}}</span> running &middot; <span data-field="keyed-parked">{{.KeyedParked}}</span> parked{{end}}</td>
 </tr>
 {{- if not $.Condensed}}
 {{- $queue := .Name}}
@@ -281,12 +291,13 @@ tr.dead { background: #ffebe9; }
 <td data-field="unacked">{{.Unacked}}</td>
 <td data-field="consumers">{{.Consumers}}</td>
 <td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
+<td></td>
 </tr>
 {{- end}}
 {{- end}}
 </tbody>
 {{- else}}
-<tbody><tr><td class="empty" colspan="8">No queues have been opened in this namespace yet.</td></tr></tbody>
+<tbody><tr><td class="empty" colspan="9">No queues have been opened in this namespace yet.</td></tr></tbody>
 {{- end}}
 </table>
 {{- if .Condensed}}

@@ -109,6 +109,8 @@ type TestQueue struct {
 	// LastDeliveries holds the payloads published so far, oldest first.
 	// Read it with Deliveries when other goroutines publish.
 	LastDeliveries []string
+	// keyed holds the pending keyed items by key (see Upsert).
+	keyed map[string]KeyedItem
 }
 
 func (q *TestQueue) String() string { return q.name }
@@ -163,11 +165,105 @@ func (q *TestQueue) Put(_ context.Context, payload []byte, opts ...PublishOption
 			return err
 		}
 	}
+	if o.keyedSet {
+		return argError("publish option", "OnExisting/MaxWait", "applies to keyed deliveries only: use Upsert")
+	}
 	return q.Publish(string(payload))
 }
 
 // SetPushQueue does nothing.
 func (q *TestQueue) SetPushQueue(Queue) {}
+
+// Upsert keeps the key's pending item in memory, by the mode's rules:
+// Created for a new key, then Updated (ReplaceAll, ReplacePayload) or Kept
+// (KeepExisting). The due time is the local clock's plus the delay (or
+// At); MaxWait bounds it from the item's first upsert. Nothing ever runs:
+// read the items with Lookup. Options and keys are checked as the real
+// queue checks them.
+func (q *TestQueue) Upsert(_ context.Context, key string, payload []byte, opts ...PublishOption) (UpsertOutcome, error) {
+	if why := validKey(key); why != "" {
+		return 0, argError("key", key, why)
+	}
+	var o publishOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return 0, err
+		}
+	}
+	now := time.Now()
+	due := now.Add(o.delay)
+	if !o.at.IsZero() {
+		due = o.at
+	}
+	if o.maxWait > 0 && o.maxWait < due.Sub(now) {
+		return 0, argError("MaxWait", o.maxWait, "must not be below the delay given")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.keyed == nil {
+		q.keyed = map[string]KeyedItem{}
+	}
+	item, ok := q.keyed[key]
+	if !ok {
+		if o.maxWait > 0 && due.After(now.Add(o.maxWait)) {
+			due = now.Add(o.maxWait)
+		}
+		q.keyed[key] = KeyedItem{Key: key, Payload: append([]byte(nil), payload...), Due: due, Pending: true}
+		return Created, nil
+	}
+	item.Updates++
+	if o.onExisting == KeepExisting {
+		q.keyed[key] = item
+		return Kept, nil
+	}
+	item.Payload = append([]byte(nil), payload...)
+	if o.onExisting == ReplaceAll {
+		item.Due = due
+	}
+	q.keyed[key] = item
+	return Updated, nil
+}
+
+// Cancel forgets the key's pending item and reports whether there was one.
+func (q *TestQueue) Cancel(_ context.Context, key string) (bool, error) {
+	if why := validKey(key); why != "" {
+		return false, argError("key", key, why)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.keyed[key]
+	delete(q.keyed, key)
+	return ok, nil
+}
+
+// Lookup returns the key's pending item; ErrorNotFound when there is none.
+func (q *TestQueue) Lookup(_ context.Context, key string) (KeyedItem, error) {
+	if why := validKey(key); why != "" {
+		return KeyedItem{}, argError("key", key, why)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	item, ok := q.keyed[key]
+	if !ok {
+		return KeyedItem{}, ErrorNotFound
+	}
+	return item, nil
+}
+
+// RunNow sets the pending item's due time to now.
+func (q *TestQueue) RunNow(_ context.Context, key string) (bool, error) {
+	if why := validKey(key); why != "" {
+		return false, argError("key", key, why)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	item, ok := q.keyed[key]
+	if ok {
+		item.Due = time.Now()
+		q.keyed[key] = item
+	}
+	return ok, nil
+}
 
 // StartConsuming does nothing.
 func (q *TestQueue) StartConsuming(int64, time.Duration) error { return nil }
@@ -317,6 +413,7 @@ type TestDelivery struct {
 	State   State
 	payload string
 	header  http.Header
+	key     string
 	// Attempt is what Attempts returns (1 when left at 0).
 	Attempt int
 	// ReleaseDelay is the delay the last Release was given.
@@ -344,6 +441,15 @@ func (d *TestDelivery) WithHeader(h http.Header) *TestDelivery {
 	d.header = h
 	return d
 }
+
+// WithKey sets the key the delivery reports and returns it.
+func (d *TestDelivery) WithKey(key string) *TestDelivery {
+	d.key = key
+	return d
+}
+
+// Key returns the key set with WithKey, or "".
+func (d *TestDelivery) Key() string { return d.key }
 
 // Payload returns the payload.
 func (d *TestDelivery) Payload() string { return d.payload }

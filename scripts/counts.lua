@@ -1,4 +1,6 @@
--- Count one queue: {ready (all priorities), rejected, delayed, expired}.
+-- Count one queue: {ready (all priorities; stale stubs of keyed items do
+-- not count), rejected, delayed, expired, keyed pending, keyed running,
+-- keyed parked}.
 -- KEYS[1] ready (routes the call); ARGV[1] queue prefix
 local P = ARGV[1]
 local ready = redis.call('LLEN', P .. ':ready')
@@ -8,5 +10,7 @@ end
 for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
   ready = ready + redis.call('LLEN', P .. ':ready:' .. p)
 end
-local expired = tonumber(redis.call('HGET', P .. ':meta', 'expired') or '0')
-return {ready, redis.call('LLEN', P .. ':rejected'), redis.call('ZCARD', P .. ':delayed'), expired}
+local m = redis.call('HMGET', P .. ':meta', 'expired', 'kstale')
+ready = ready - tonumber(m[2] or '0')
+return {ready, redis.call('LLEN', P .. ':rejected'), redis.call('ZCARD', P .. ':delayed'), tonumber(m[1] or '0'),
+  redis.call('HLEN', P .. ':kpend'), redis.call('HLEN', P .. ':krun'), redis.call('HLEN', P .. ':kpark')}

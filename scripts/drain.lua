@@ -1,12 +1,17 @@
 -- Remove up to ARGV[2] ready deliveries, highest priority first, and return
--- them (wake markers are skipped, not counted).
+-- them (wake markers and stale stubs of keyed items are skipped, not
+-- counted; a keyed item's stub gives the item, which leaves its key).
 -- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] how many
 local P, n = ARGV[1], tonumber(ARGV[2])
 local out = {}
 while #out < n do
   local items, more = pop_ready(P, n - #out)
   for _, e in ipairs(items) do
-    if e ~= MARKER then
+    if string.byte(e, 1) == 5 and string.match(e, '^\5%d%d+:') then
+      -- a keyed item's stub: the item, unless the stub is stale
+      e = take_stub(P, e)
+    end
+    if e and e ~= MARKER then
       out[#out + 1] = e
     end
   end

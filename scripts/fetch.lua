@@ -17,6 +17,10 @@
 -- by the fence (see lease_member in lib.lua), and the verbs name that
 -- field, so that a handle of an earlier take can never act on this one.
 --
+-- A keyed item waits in the lists as a stub (see lib.lua): taking it takes
+-- the item out of the key's pending record, marks the key running, and
+-- names the take with a field that ends with 'k'.
+--
 -- A call is idempotent per token: field ARGV[5] (the queue handle, or a
 -- Take slot) of the connection's replies hash remembers the last token,
 -- the fence and the ids it took, and a call with the same token (the
@@ -44,11 +48,15 @@ if lt and lt > tonumber(token) then
   return {0, 0}
 end
 if lt == tonumber(token) then
-  -- The record is token|fence|ids.
+  -- The record is token|fence| and per take its id and 'k' (keyed) or '-'.
   local fence, pos = string.match(last, '^(%d+)|()', #token + 2)
   local fields = {}
-  for i = pos, #last, IDLEN do
-    fields[#fields + 1] = string.sub(last, i, i + IDLEN - 1) .. fence
+  for i = pos, #last, IDLEN + 1 do
+    local f = string.sub(last, i, i + IDLEN - 1) .. fence
+    if string.sub(last, i + IDLEN, i + IDLEN) == 'k' then
+      f = f .. 'k'
+    end
+    fields[#fields + 1] = f
   end
   local out = {}
   for _, e in ipairs(redis.call('HMGET', uk, unpack(fields))) do
@@ -71,15 +79,27 @@ local fence = nil
 local k = 0
 for i = 1, #items do
   local e = items[i]
-  if e ~= MARKER then
+  local key = nil
+  if e == MARKER then
+    e = nil
+  else
     local b = string.byte(e, 1)
-    if #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
+    if b == 5 and string.match(e, '^\5%d%d+:') then
+      -- a keyed item's stub: take the item it stands for (nil: stale)
+      e, key = take_stub(P, e)
+    elseif b == 4 and meta(e) then
+      -- a keyed envelope in a ready list (copied there by hand): upserted
+      -- by its key instead
+      adopt(P, e, now)
+      e = nil
+    elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
       -- pushed by another program without an envelope: wrap it
       e = '\1' .. string.format('~%015d', redis.call('INCR', P .. ':seq')) .. e
-      b = 1
     end
+  end
+  if e then
     local m = nil
-    if b == 3 then
+    if string.byte(e, 1) ~= 1 then
       m = meta(e)
     end
     if m and m[5] > 0 and m[5] <= now then
@@ -94,13 +114,21 @@ for i = 1, #items do
       end
       seen[id] = true
       fence = fence or tostring(redis.call('INCR', P .. ':fence'))
-      kv[#kv + 1] = id .. fence
+      local f = id .. fence
+      if key then
+        -- a keyed take: its field ends with 'k', and its key runs
+        f = f .. 'k'
+        redis.call('HSET', P .. ':krun', key, f .. ':' .. conn)
+        ids[#ids + 1] = id .. 'k'
+      else
+        ids[#ids + 1] = id .. '-'
+      end
+      kv[#kv + 1] = f
       kv[#kv + 1] = e
-      ids[#ids + 1] = id
       k = k + 1
       items[k] = e
       if m and m[3] > 0 then
-        redis.call('ZADD', lk, now + m[3], lease_member(id .. fence, conn))
+        redis.call('ZADD', lk, now + m[3], lease_member(f, conn))
       end
     end
   end

@@ -21,16 +21,22 @@ local function now_ms()
 end
 
 -- The metadata of a format-3 envelope as {attempts, priority, ttr, ttl,
--- expireAt, headerLen} and where the rest starts; nil for other forms.
+-- expireAt, headerLen}, or of a keyed (format-4) one as the same followed
+-- by keyLen and due, and where the rest starts; nil for other forms.
 local function meta(e)
-  if string.byte(e, 1) ~= 3 then
-    return nil
+  local b = string.byte(e, 1)
+  if b == 3 then
+    local a, p, r, l, x, h, stop = string.match(e, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);()', IDLEN + 2)
+    if a then
+      return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h)}, stop
+    end
+  elseif b == 4 then
+    local a, p, r, l, x, h, k, d, stop = string.match(e, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);()', IDLEN + 2)
+    if a then
+      return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h), tonumber(k), tonumber(d)}, stop
+    end
   end
-  local a, p, r, l, x, h, stop = string.match(e, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);()', IDLEN + 2)
-  if not a then
-    return nil
-  end
-  return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h)}, stop
+  return nil
 end
 
 -- meta, or the metadata of a plain envelope (all zero, payload after the id).
@@ -42,9 +48,14 @@ local function meta_of(e)
   return {0, 0, 0, 0, 0, 0}, IDLEN + 2
 end
 
--- The envelope e rewritten (as format 3) with metadata m.
+-- The envelope e rewritten with metadata m: as format 3, or as a keyed
+-- envelope (format 4) when m has a key.
 local function with_meta(e, m, stop)
-  return '\3' .. string.sub(e, 2, IDLEN + 1) .. table.concat(m, ',') .. ';' .. string.sub(e, stop)
+  local f = '\3'
+  if #m == 8 then
+    f = '\4'
+  end
+  return f .. string.sub(e, 2, IDLEN + 1) .. table.concat(m, ',') .. ';' .. string.sub(e, stop)
 end
 
 -- The list holding ready deliveries of priority p.
@@ -129,6 +140,241 @@ local function schedule(P, e, due)
   end
 end
 
+-- Keyed items (see keyed.go). A key has at most one pending item and at
+-- most one running delivery:
+--
+--   P:kpend  hash key -> record of the pending item; its stub waits in the
+--            delayed set or a ready list
+--   P:krun   hash key -> field:connection of the running take
+--   P:kpark  hash key -> record of the successor parked while the key runs
+--            (in no list: it is placed when the running delivery settles)
+--   P:kver   counter: stub versions
+--
+-- A record is "ver,first,limit,updates,mode;" and the item's keyed envelope
+-- (format 4, whose metadata ends with the key's length and the due time):
+-- ver names the item's current stub, first is when its first upsert came
+-- (Redis ms), limit the latest due time MaxWait allows (0: none), updates
+-- how many upserts were merged into it, mode the OnExisting mode (A, P or K)
+-- it was created with. The item keeps its delivery id while it is pending.
+--
+-- A stub stands for the item in the delayed set and the ready lists, so
+-- that an upsert changes the item in place (one HSET) wherever it waits:
+-- byte 5, the priority digit, the version, ':' and the key. A stub in the
+-- delayed set can be moved exactly (ZADD, ZREM); one that already waits in
+-- a ready list cannot (a list is not searchable), so when its item moves
+-- it is left behind as stale (its version no longer matches) and counted
+-- in meta's kstale, and whoever pops it drops it.
+-- Outcomes of an upsert (UpsertOutcome in keyed.go).
+local KEYED_CREATED = 1
+local KEYED_UPDATED = 2
+local KEYED_KEPT = 3
+local KEYED_QUEUED = 4
+
+local function parse_rec(r)
+  local v, f, l, u, mode, pos = string.match(r, '^(%d+),(%d+),(%d+),(%d+),(%a);()')
+  return {tonumber(v), tonumber(f), tonumber(l), tonumber(u), mode}, string.sub(r, pos)
+end
+
+local function make_rec(s, e)
+  return s[1] .. ',' .. s[2] .. ',' .. s[3] .. ',' .. s[4] .. ',' .. s[5] .. ';' .. e
+end
+
+local function stub(p, ver, key)
+  return '\5' .. p .. ver .. ':' .. key
+end
+
+-- The key of a keyed envelope.
+local function key_of(e)
+  local m, stop = meta(e)
+  return string.sub(e, stop, stop + m[7] - 1)
+end
+
+-- The envelope of the item a popped stub x stands for, and its key, after
+-- taking the item out of the pending records; nil when x is stale (counted
+-- off kstale).
+local function take_stub(P, x)
+  local ver, pos = string.match(x, '^\5%d(%d+):()')
+  local key = string.sub(x, pos)
+  local kp = P .. ':kpend'
+  local r = redis.call('HGET', kp, key)
+  if r then
+    local s, e = parse_rec(r)
+    if s[1] == tonumber(ver) then
+      redis.call('HDEL', kp, key)
+      return e, key
+    end
+  end
+  redis.call('HINCRBY', P .. ':meta', 'kstale', -1)
+  return nil
+end
+
+-- Make the item with state s and envelope e the key's pending item: record
+-- it under a new stub version and put the stub where it waits (the delayed
+-- set until its due time, else the back of its priority's ready line, or
+-- the front with front). Its time to live counts from its due time or now,
+-- whichever is later.
+local function place(P, key, s, e, now, front)
+  local m, stop = meta(e)
+  if m[4] > 0 then
+    m[5] = math.max(m[8], now) + m[4]
+  end
+  s[1] = redis.call('INCR', P .. ':kver')
+  redis.call('HSET', P .. ':kpend', key, make_rec(s, with_meta(e, m, stop)))
+  local st = stub(m[2], s[1], key)
+  if m[8] > now then
+    schedule(P, st, m[8])
+  else
+    push_ready(P, m[2], {st}, front)
+  end
+end
+
+-- The latest due time for an item of state s given an upsert's MaxWait
+-- (ms, 0: none): the earlier of what it allowed before and first + maxwait.
+local function limit_of(s, maxwait)
+  if maxwait > 0 and (s[3] == 0 or s[2] + maxwait < s[3]) then
+    return s[2] + maxwait
+  end
+  return s[3]
+end
+
+-- The envelope new with the id and attempts of old and due time due.
+local function merged(old, new, due)
+  local om = meta(old)
+  local e = string.sub(old, 1, IDLEN + 1) .. string.sub(new, IDLEN + 2)
+  local m, stop = meta(e)
+  m[1], m[8] = om[1], due
+  return with_meta(e, m, stop)
+end
+
+-- Upsert keyed envelope e (its id is used when it creates an item) with
+-- OnExisting mode ('A' ReplaceAll, 'P' ReplacePayload, 'K' KeepExisting),
+-- due time due and MaxWait maxwait (ms, 0: none). Returns the outcome.
+local function key_upsert(P, key, e, mode, due, maxwait, now)
+  local kp, pk = P .. ':kpend', P .. ':kpark'
+  local r = redis.call('HGET', kp, key)
+  local running = false
+  if not r then
+    r = redis.call('HGET', pk, key)
+    running = r or redis.call('HEXISTS', P .. ':krun', key) == 1
+  end
+  if not r then
+    -- a new item: pending, or parked behind the running delivery
+    local s = {0, now, 0, 0, mode}
+    s[3] = limit_of(s, maxwait)
+    if s[3] > 0 and due > s[3] then
+      due = s[3]
+    end
+    local m, stop = meta(e)
+    m[8] = due
+    e = with_meta(e, m, stop)
+    if running then
+      redis.call('HSET', pk, key, make_rec(s, e))
+      return KEYED_QUEUED
+    end
+    place(P, key, s, e, now, false)
+    return KEYED_CREATED
+  end
+  local s, old = parse_rec(r)
+  s[4] = s[4] + 1
+  local om = meta(old)
+  if mode == 'K' then
+    redis.call('HSET', running and pk or kp, key, make_rec(s, old))
+    return KEYED_KEPT
+  end
+  if mode == 'P' then
+    due = om[8]
+  end
+  s[3] = limit_of(s, maxwait)
+  if s[3] > 0 and due > s[3] then
+    due = s[3]
+  end
+  local ne = merged(old, e, due)
+  if running then
+    redis.call('HSET', pk, key, make_rec(s, ne))
+    return KEYED_QUEUED
+  end
+  local nm = meta(ne)
+  local dk = P .. ':delayed'
+  local ost = stub(om[2], s[1], key)
+  local delayed = redis.call('ZSCORE', dk, ost)
+  if nm[2] == om[2] and (delayed or due <= now) then
+    if delayed and due > now then
+      schedule(P, ost, due)
+    elseif delayed then
+      redis.call('ZREM', dk, ost)
+      push_ready(P, nm[2], {ost}, false)
+    end
+    -- it stays under its stub; its time to live restarts
+    local m, stop = meta(ne)
+    if m[4] > 0 then
+      m[5] = math.max(due, now) + m[4]
+    end
+    redis.call('HSET', kp, key, make_rec(s, with_meta(ne, m, stop)))
+    return KEYED_UPDATED
+  end
+  if delayed then
+    redis.call('ZREM', dk, ost)
+  else
+    redis.call('HINCRBY', P .. ':meta', 'kstale', 1)
+  end
+  place(P, key, s, ne, now, false)
+  return KEYED_UPDATED
+end
+
+-- A keyed envelope that arrives from outside the key's records (returned
+-- from rejected, pushed from another queue) is upserted by its key,
+-- ReplaceAll and due now.
+local function adopt(P, e, now)
+  return key_upsert(P, key_of(e), e, 'A', now, 0, now)
+end
+
+-- The running delivery of key was settled for good (acked, rejected,
+-- pushed on): a parked successor becomes the pending item, due at its own
+-- due time or now, whichever is later.
+local function key_settled(P, key, now)
+  redis.call('HDEL', P .. ':krun', key)
+  local pk = P .. ':kpark'
+  local r = redis.call('HGET', pk, key)
+  if r then
+    redis.call('HDEL', pk, key)
+    local s, e = parse_rec(r)
+    place(P, key, s, e, now, false)
+  end
+end
+
+-- The running delivery e of key goes back to waiting (released, its lease
+-- lost, its connection dead, handed back by a stop), due at due: it is the
+-- key's pending item again, at the front of its line with front. A parked
+-- successor is merged into it, so that one run follows: with the
+-- successor's payload, headers and options (unless the successor keeps
+-- what exists: KeepExisting), the returned delivery's id and attempts, and
+-- the later of the two due times.
+local function key_returned(P, key, e, now, due, front)
+  redis.call('HDEL', P .. ':krun', key)
+  local pk = P .. ':kpark'
+  local r = redis.call('HGET', pk, key)
+  local s = {0, now, 0, 0, 'A'}
+  if r then
+    redis.call('HDEL', pk, key)
+    local pe
+    s, pe = parse_rec(r)
+    due = math.max(due, meta(pe)[8])
+    if s[5] ~= 'K' then
+      e = merged(e, pe, due)
+    end
+  end
+  local m, stop = meta(e)
+  m[8] = due
+  place(P, key, s, with_meta(e, m, stop), now, front)
+end
+
+-- Whether the take named by field is of a keyed item: its field ends with
+-- 'k' (see fetch.lua). When such a take leaves a connection's storage, for
+-- good (key_settled) or for ready again (key_returned), its key is updated.
+local function is_keyed_take(field)
+  return string.byte(field, -1) == 107
+end
+
 -- e taken once more goes back: count the attempt and restart its time to
 -- live. Returns the new envelope and its priority.
 local function again(e, now)
@@ -158,7 +404,10 @@ local function promote(P, now, max)
     local e, at = due[i], tonumber(due[i + 1])
     local m, stop = meta(e)
     local p = 0
-    if m then
+    if string.byte(e, 1) == 5 then
+      -- a keyed item's stub (see stub): its TTL was set when it was placed
+      p = string.byte(e, 2) - 48
+    elseif m then
       p = m[2]
       if m[4] > 0 then
         m[5] = at + m[4]
@@ -253,6 +502,27 @@ local function remove_held(P, conn, field, token)
   return e
 end
 
+-- For the calls that answer with a number and run once per token (upsert,
+-- cancel, run now): the outcome remembered in record rec (a string
+-- "token:outcome") when this call ran already, -1 for a late send of an
+-- older call of the slot, nil when it is to run. remember stores it.
+local function recalled(rec, token)
+  local last = redis.call('GET', rec)
+  local lt, out = string.match(last or '', '^(%d+):(-?%d+)$')
+  if lt then
+    if tonumber(lt) == tonumber(token) then
+      return tonumber(out)
+    elseif tonumber(lt) > tonumber(token) then
+      return -1
+    end
+  end
+  return nil
+end
+
+local function remember(rec, token, out)
+  redis.call('SET', rec, token .. ':' .. out, 'PX', REPLY_KEEP)
+end
+
 -- Return deliveries whose lease ran out (at most max) to the front of
 -- ready, with their attempt counted, in a few calls per connection.
 local function expire_leases(P, now, max)
@@ -284,7 +554,11 @@ local function expire_leases(P, now, max)
       if e then
         local p
         e, p = again(e, now)
-        add_level(groups, p, e)
+        if is_keyed_take(fields[i]) then
+          key_returned(P, key_of(e), e, now, now, true)
+        else
+          add_level(groups, p, e)
+        end
         found[#found + 1] = fields[i]
         notes[#notes + 1] = now
         notes[#notes + 1] = fields[i]
@@ -336,6 +610,24 @@ local function drop_expired(P, now, max)
         -- nobody is blocked on an idle queue's marker (it would have woken
         -- them); the consumers that woke fetch anyway
         redis.call('RPOP', key)
+      elseif string.byte(e, 1) == 5 then
+        -- a keyed item's stub: dropped when stale, with its item when that
+        -- expired
+        local ver, k = string.match(e, '^\5%d(%d+):(.*)$')
+        local r = redis.call('HGET', P .. ':kpend', k)
+        if r then
+          local s, ke = parse_rec(r)
+          local m = meta(ke)
+          if s[1] == tonumber(ver) and not (m[5] > 0 and m[5] <= now) then
+            break
+          end
+        end
+        redis.call('RPOP', key)
+        local item = take_stub(P, e)
+        if item then
+          expire(P, item)
+          dropped = dropped + 1
+        end
       else
         local m = meta(e)
         if not (m and m[5] > 0 and m[5] <= now) then

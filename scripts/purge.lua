@@ -1,6 +1,8 @@
 -- Delete a queue's ready deliveries (every priority) when ARGV[2] has 'r',
 -- its rejected ones when it has 'j', and its delayed ones and counters when
--- it has 'd' (settings such as keep_expired stay). Returns {ready, rejected, delayed} as counted before.
+-- it has 'd' (settings such as keep_expired stay). Keyed items go with
+-- their stubs; 'd' deletes every pending keyed item. Returns {ready,
+-- rejected, delayed} as counted before.
 -- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] what
 local P, what = ARGV[1], ARGV[2]
 local out = {0, 0, 0}
@@ -16,6 +18,25 @@ if string.find(what, 'r', 1, true) then
     redis.call('DEL', P .. ':ready:' .. p)
   end
   redis.call('DEL', P .. ':levels')
+  -- keyed items whose stubs waited in the lists go with them (a scan of
+  -- the pending records: an operation for operators, not a hot path)
+  local mk, kp = P .. ':meta', P .. ':kpend'
+  out[1] = out[1] - tonumber(redis.call('HGET', mk, 'kstale') or '0')
+  redis.call('HDEL', mk, 'kstale')
+  if not string.find(what, 'd', 1, true) then
+    local cursor = '0'
+    repeat
+      local res = redis.call('HSCAN', kp, cursor, 'COUNT', 1000)
+      cursor = res[1]
+      local kv = res[2]
+      for i = 1, #kv, 2 do
+        local s, e = parse_rec(kv[i + 1])
+        if not redis.call('ZSCORE', P .. ':delayed', stub(meta(e)[2], s[1], kv[i])) then
+          redis.call('HDEL', kp, kv[i])
+        end
+      end
+    until cursor == '0'
+  end
 end
 if string.find(what, 'j', 1, true) then
   out[2] = redis.call('LLEN', P .. ':rejected')
@@ -26,5 +47,8 @@ if string.find(what, 'd', 1, true) then
   -- not seq: ids made from it must stay unique while unacked ones live
   redis.call('DEL', P .. ':delayed')
   redis.call('HDEL', P .. ':meta', 'expired')
+  -- every pending keyed item, parked ones too; running ones stay with
+  -- their connections and can still be settled
+  redis.call('DEL', P .. ':kpend', P .. ':kpark')
 end
 return out

@@ -16,7 +16,9 @@ end
 local now = now_ms()
 local p
 e, p = again(e, now)
-if delay > 0 then
+if is_keyed_take(ARGV[3]) then
+  key_returned(P, key_of(e), e, now, now + delay, false)
+elseif delay > 0 then
   schedule(P, e, now + delay)
 else
   push_ready(P, p, {e}, false)

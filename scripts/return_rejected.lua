@@ -1,7 +1,8 @@
 -- Move up to ARGV[2] deliveries from rejected to the back of ready (each in
 -- its priority's line), oldest rejection first, as if published anew: their
--- attempts start again from 0 and their time to live from now. Returns how
--- many moved.
+-- attempts start again from 0 and their time to live from now. A keyed
+-- delivery is upserted by its key (ReplaceAll, due now). Returns how many
+-- moved.
 -- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] max
 local P = ARGV[1]
 local items = redis.call('RPOP', P .. ':rejected', ARGV[2])
@@ -22,7 +23,12 @@ for _, e in ipairs(items) do
     end
     e = with_meta(e, m, stop)
   end
-  add_level(groups, p, e)
+  if string.byte(e, 1) == 4 and m then
+    -- a keyed delivery: upserted by its key
+    adopt(P, e, now)
+  else
+    add_level(groups, p, e)
+  end
 end
 push_groups(P, groups, false)
 return #items

@@ -36,7 +36,11 @@ if #fields > 0 then
   for i, e in ipairs(values) do
     local p
     e, p = again(e, now)
-    add_level(groups, p, e)
+    if is_keyed_take(fields[i]) then
+      key_returned(P, key_of(e), e, now, now, true)
+    else
+      add_level(groups, p, e)
+    end
     if leases then
       redis.call('ZREM', P .. ':leases', lease_member(fields[i], conn))
     end

@@ -1,7 +1,9 @@
 -- Settle takes of one connection: delete them from its unacked hash (ack),
 -- or move them to a list: rejected (reject), another queue's ready (push),
 -- or the front of ready (a stopping consumer hands back its buffer; each
--- goes to its priority's line). Their leases end.
+-- goes to its priority's line). Their leases end. A keyed take's key is
+-- updated (see key_settled and key_returned in lib.lua); a keyed delivery
+-- pushed on is upserted into the other queue by its key.
 -- Returns {registered, r1, ..., rn}: registered is 1 while the connection is
 -- registered for the queue; ri is 1 when take i was there and settled, 0
 -- when it was not there, 2 when it was not there because its lease ran out
@@ -57,7 +59,8 @@ local out, flags, groups = {1}, {}, {}
 local now = nil
 for i = 6, #ARGV do
   local f, done = ARGV[i], 0
-  if mode == 'A' then
+  local keyed = is_keyed_take(f)
+  if mode == 'A' and not keyed then
     done = redis.call('HDEL', uk, f)
     if done == 0 then
       done = lost(P, conn, f)
@@ -67,17 +70,34 @@ for i = 6, #ARGV do
     e, done = held(P, uk, conn, f)
     if e then
       redis.call('HDEL', uk, f)
-      -- handed back or pushed on: it waits in a ready list again, so its
-      -- time to live starts again (rejected ones get it back when kicked)
-      local p = 0
-      if string.byte(e, 1) == 3 then
-        now = now or now_ms()
-        e, p = fresh_ttl(e, now)
-      end
-      if mode == 'R' then
-        add_level(groups, p, e)
+      now = now or now_ms()
+      if keyed then
+        local key = key_of(e)
+        if mode == 'R' then
+          key_returned(P, key, e, now, now, true)
+        else
+          if mode == 'L' then
+            if string.sub(KEYS[2], -6) == ':ready' then
+              -- pushed on: upserted into the other queue by its key
+              adopt(string.sub(KEYS[2], 1, -7), e, now)
+            else
+              redis.call('LPUSH', KEYS[2], e)
+            end
+          end
+          key_settled(P, key, now)
+        end
       else
-        redis.call('LPUSH', KEYS[2], e)
+        -- handed back or pushed on: it waits in a ready list again, so its
+        -- time to live starts again (rejected ones get it back when kicked)
+        local p = 0
+        if string.byte(e, 1) == 3 then
+          e, p = fresh_ttl(e, now)
+        end
+        if mode == 'R' then
+          add_level(groups, p, e)
+        else
+          redis.call('LPUSH', KEYS[2], e)
+        end
       end
     end
   end

@@ -1,0 +1,41 @@
+-- Make the pending item of a key due now: a delayed one goes to the back
+-- of its ready line; a parked successor runs as soon as the running
+-- delivery is settled. Returns 1 when the key has a pending item, 0 when
+-- not. Once per token, as upsert.lua.
+--
+-- KEYS[1] ready (routes the call), KEYS[2] the call's record
+-- ARGV[1] queue prefix, ARGV[2] token, ARGV[3] key
+local P, token, key = ARGV[1], ARGV[2], ARGV[3]
+local out = recalled(KEYS[2], token)
+if out then
+  return out
+end
+local now = now_ms()
+local kp, pk = P .. ':kpend', P .. ':kpark'
+local r = redis.call('HGET', kp, key)
+out = 0
+if r then
+  local s, e = parse_rec(r)
+  local m, stop = meta(e)
+  local st = stub(m[2], s[1], key)
+  if redis.call('ZREM', P .. ':delayed', st) == 1 then
+    m[8] = now
+    if m[4] > 0 then
+      m[5] = now + m[4]
+    end
+    redis.call('HSET', kp, key, make_rec(s, with_meta(e, m, stop)))
+    push_ready(P, m[2], {st}, false)
+  end
+  out = 1
+else
+  r = redis.call('HGET', pk, key)
+  if r then
+    local s, e = parse_rec(r)
+    local m, stop = meta(e)
+    m[8] = now
+    redis.call('HSET', pk, key, make_rec(s, with_meta(e, m, stop)))
+    out = 1
+  end
+end
+remember(KEYS[2], token, out)
+return out
