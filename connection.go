@@ -31,6 +31,10 @@ type Connection interface {
 	GetOpenQueues() ([]string, error)
 	// GetOpenQueuesContext is GetOpenQueues with a context.
 	GetOpenQueuesContext(ctx context.Context) ([]string, error)
+	// OpenTimers returns the named set of timers (see Timers) and lists it
+	// in Redis. Names follow the rules of queue names; a timer set and a
+	// queue of the same name are separate.
+	OpenTimers(name string) (Timers, error)
 	// StopAllConsuming stops consuming on every queue of this connection,
 	// waits for consumers to finish their current delivery, stops the
 	// heartbeat and deletes it, so a cleaner may return what the connection

@@ -7,6 +7,7 @@ import "fmt"
 //
 //	{ns}:connections          set of connection names
 //	{ns}:queues               set of queue names
+//	{ns}:timers               set of timer set names (see OpenTimers)
 //	{ns}:hb:<connection>      heartbeat, expires after the heartbeat TTL
 //
 // Every key of one queue starts with its prefix ns:{name}, so all carry the
@@ -46,6 +47,13 @@ import "fmt"
 //	                               so that a call sent again runs once (expires
 //	                               an hour after the last publish under it)
 //	ns:{name}:seq                  counter for ids of foreign (non-envelope) items
+//	ns:{name}:kpend                hash key -> the pending item of a key (see
+//	                               Upsert and scripts/lib.lua)
+//	ns:{name}:krun                 hash key -> the take of its running delivery
+//	ns:{name}:kpark                hash key -> the successor parked behind it
+//	ns:{name}:kver                 counter: versions of keyed items' stubs
+//
+// A timer set keeps the same keys under ns:{timers:name}.
 //
 // Names are validated (see validName) so that no name can produce another
 // queue's keys: they cannot contain braces, colons or white space.
@@ -74,12 +82,12 @@ func validName(s string) string {
 }
 
 type globalKeys struct {
-	ns, connections, queues string
+	ns, connections, queues, timers string
 }
 
 func newGlobalKeys(ns string) globalKeys {
 	g := "{" + ns + "}"
-	return globalKeys{ns: ns, connections: g + ":connections", queues: g + ":queues"}
+	return globalKeys{ns: ns, connections: g + ":connections", queues: g + ":queues", timers: g + ":timers"}
 }
 
 func (g globalKeys) heartbeat(conn string) string { return "{" + g.ns + "}:hb:" + conn }

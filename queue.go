@@ -181,9 +181,15 @@ type redisQueue struct {
 }
 
 func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
-	k := newQueueKeys(c.opts.namespace, name)
-	return &redisQueue{name: name, conn: c, keys: k, unackedKey: k.unacked(c.name), repliesKey: k.replies(c.name),
-		handle: c.handles.Add(1), defaults: o.defaults, retry: o.retry}
+	q := &redisQueue{name: name, conn: c, handle: c.handles.Add(1), defaults: o.defaults, retry: o.retry}
+	q.setKeys(newQueueKeys(c.opts.namespace, name))
+	return q
+}
+
+// setKeys places the queue's storage under k (a timer set's differs from
+// the queue of the same name: see OpenTimers).
+func (q *redisQueue) setKeys(k queueKeys) {
+	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(q.conn.name), k.replies(q.conn.name)
 }
 
 func (q *redisQueue) String() string { return q.name }

@@ -401,6 +401,7 @@ type handlerStubConn struct {
 func (c *handlerStubConn) OpenQueue(string, ...QueueOption) (Queue, error) {
 	return nil, errors.New("stub")
 }
+func (c *handlerStubConn) OpenTimers(string) (Timers, error) { return nil, errors.New("stub") }
 func (c *handlerStubConn) CollectStats(q []string) (Stats, error) {
 	return c.CollectStatsContext(context.Background(), q)
 }

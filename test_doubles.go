@@ -16,11 +16,27 @@ import (
 type TestConnection struct {
 	mu     *sync.Mutex
 	queues map[string]*TestQueue
+	timers map[string]*TestTimers
 }
 
 // NewTestConnection returns an empty TestConnection.
 func NewTestConnection() TestConnection {
-	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}}
+	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}, timers: map[string]*TestTimers{}}
+}
+
+// OpenTimers returns the TestTimers of that name, creating it.
+func (c TestConnection) OpenTimers(name string) (Timers, error) {
+	if why := validName(name); why != "" {
+		return nil, argError("timer set name", name, why)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.timers[name]
+	if t == nil {
+		t = &TestTimers{due: map[string]time.Time{}, changed: make(chan struct{})}
+		c.timers[name] = t
+	}
+	return t, nil
 }
 
 // OpenQueue returns the TestQueue of that name, creating it. Options are
@@ -538,4 +554,161 @@ var (
 	_ Connection = (*redisConnection)(nil)
 	_ Queue      = (*redisQueue)(nil)
 	_ Delivery   = (*redisDelivery)(nil)
+)
+
+// TestTimers is an in-memory Timers by the local clock, for unit tests of
+// code that sets timers and handles their fires.
+type TestTimers struct {
+	mu      sync.Mutex
+	due     map[string]time.Time
+	changed chan struct{} // closed and replaced on every change
+}
+
+func (t *TestTimers) changedLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// Set creates or moves the timer of key.
+func (t *TestTimers) Set(_ context.Context, key string, d time.Duration) error {
+	return t.set(key, d, time.Now().Add(d), false, nil)
+}
+
+// SetAt creates or moves the timer of key to at.
+func (t *TestTimers) SetAt(_ context.Context, key string, at time.Time) error {
+	return t.set(key, time.Until(at), at, false, nil)
+}
+
+// Create creates the timer of key when none is pending.
+func (t *TestTimers) Create(_ context.Context, key string, d time.Duration) (bool, error) {
+	var created bool
+	err := t.set(key, d, time.Now().Add(d), true, &created)
+	return created, err
+}
+
+func (t *TestTimers) set(key string, d time.Duration, at time.Time, onlyNew bool, created *bool) error {
+	if why := validKey(key); why != "" {
+		return argError("key", key, why)
+	}
+	if d < 0 && at.IsZero() || d > MaxDelay {
+		return argError("delay", d, "must be between 0 and "+MaxDelay.String())
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.due[key]; ok && onlyNew {
+		return nil
+	}
+	t.due[key] = at
+	if created != nil {
+		*created = true
+	}
+	t.changedLocked()
+	return nil
+}
+
+// Cancel removes the pending timer of key.
+func (t *TestTimers) Cancel(_ context.Context, key string) (bool, error) {
+	if why := validKey(key); why != "" {
+		return false, argError("key", key, why)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.due[key]
+	delete(t.due, key)
+	return ok, nil
+}
+
+// Lookup returns the due time of key's pending timer.
+func (t *TestTimers) Lookup(_ context.Context, key string) (time.Time, error) {
+	if why := validKey(key); why != "" {
+		return time.Time{}, argError("key", key, why)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.due[key]
+	if !ok {
+		return time.Time{}, ErrorNotFound
+	}
+	return at, nil
+}
+
+// Next waits for the earliest timer to be due (by the local clock) and
+// returns its fire, or ctx's error.
+func (t *TestTimers) Next(ctx context.Context) (Fire, error) {
+	for {
+		t.mu.Lock()
+		var key string
+		var at time.Time
+		for k, d := range t.due {
+			if key == "" || d.Before(at) {
+				key, at = k, d
+			}
+		}
+		if key != "" && !at.After(time.Now()) {
+			delete(t.due, key)
+			t.mu.Unlock()
+			return &TestFire{timers: t, key: key, due: at}, nil
+		}
+		changed := t.changed
+		t.mu.Unlock()
+		var wake <-chan time.Time
+		if key != "" {
+			wake = time.After(time.Until(at))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		case <-wake:
+		}
+	}
+}
+
+// TestFire is a fire of a TestTimers timer.
+type TestFire struct {
+	timers *TestTimers
+	key    string
+	due    time.Time
+	mu     sync.Mutex
+	// State is Unacked until the fire is acked or released.
+	State State
+}
+
+// Key returns the timer's key.
+func (f *TestFire) Key() string { return f.key }
+
+// Due returns when the timer was due.
+func (f *TestFire) Due() time.Time { return f.due }
+
+// Ack marks the fire acked; ErrorNotFound if it was settled already.
+func (f *TestFire) Ack(context.Context) error { return f.settle(Acked) }
+
+// Release sets the timer again after delay, unless one of the key is
+// pending.
+func (f *TestFire) Release(_ context.Context, delay time.Duration) error {
+	if delay < 0 || delay > MaxDelay {
+		return argError("release delay", delay, "must be between 0 and "+MaxDelay.String())
+	}
+	if err := f.settle(Released); err != nil {
+		return err
+	}
+	_, err := f.timers.Create(context.Background(), f.key, delay)
+	return err
+}
+
+func (f *TestFire) settle(s State) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.State != Unacked {
+		return ErrorNotFound
+	}
+	f.State = s
+	return nil
+}
+
+var (
+	_ Timers = (*TestTimers)(nil)
+	_ Fire   = (*TestFire)(nil)
+	_ Timers = (*redisTimers)(nil)
+	_ Fire   = redisFire{}
 )
