@@ -53,22 +53,25 @@ workers, cleans once more, and checks:
   - every SIGSTOPped worker that was declared dead stopped by itself, and
     how long after SIGCONT.
 
-It prints a progress line every few seconds and ends with a summary:
+It prints a progress line every few seconds and ends with a summary (one
+line, here wrapped):
 
-  soak: published=20000 acked=20000 lost=0 dup_ids=0 double_landed=0
-  redelivered=37(kill 20, zombie 12, restart 5) false_ack_errors=0
-  outcome_unknown=3 kills=3 sigstops=2 zombies_stopped=2/2 (max 23ms)
-  redis_sigterm=2 redis_sigkill=2 rate=980/s elapsed=31s: PASS
+  soak: published=19999 acked=19997 acked_at_kill=2 acked_unknown=0 lost=0
+  dup_ids=0 double_landed=0 redelivered=24(zombie 24) false_ack_errors=0
+  outcome_unknown=0 nothing_done=1 kills=3 sigstops=2 zombies_stopped=2/2
+  (max 9.03ms) restart_zombies=4 redis_sigterm=2 redis_sigkill=2
+  workers_started=13 rate=950/s elapsed=23s: PASS
 
-(one line). redelivered counts takes beyond the first of a delivery, by
-what ended the take before: its process was killed (kill), SIGSTOPped and
-declared dead (zombie), declared dead otherwise, mostly because its
-heartbeat lapsed while Redis was down (restart), its lease ran out (lease),
-or its Ack's outcome was unknown (unknown-ack). The exit status is 1 when
-any check failed; the workers' logs are then kept and their paths printed.
+redelivered counts takes beyond the first of a delivery, by what ended the
+take before: its process was killed (kill), SIGSTOPped and declared dead
+(zombie), declared dead otherwise, mostly because its heartbeat lapsed while
+Redis was down (restart), its lease ran out (lease), or its Ack's outcome was
+unknown (unknown-ack). The exit status is 1 when any check failed; the
+workers' logs are then kept and their paths printed. -seed repeats a run's
+fault schedule and publish mix.
 
 CI-sized:  redq soak -n 20000
-Full run:  redq soak -n 1000000 -rate 2000 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10`
+Full run:  redq soak -n 1000000 -rate 2500 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10`
 
 // Namespace and queue of the soak's private Redis.
 const (
