@@ -1,6 +1,7 @@
 // Command redq runs and operates redq work queues on Redis: a demo with a
-// live stats page, the stats page on its own, a cleaner, and the operations
-// an operator needs after a downstream outage.
+// live stats page, the stats page on its own, a cleaner, the operations an
+// operator needs after a downstream outage, and a soak that proves the
+// library's reliability contract under faults.
 //
 // Usage:
 //
@@ -42,22 +43,35 @@ type command struct {
 	// flags declares the command's flags on fs and returns the function
 	// that runs the command once they are parsed.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout, stderr io.Writer) error
+	// details, if any, is printed by "redq help <command>" between the
+	// summary and the flags.
+	details string
 }
 
 // commands are listed by "redq help" in this order.
 var commands = []command{
-	{"demo", "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", demoCommand},
-	{"serve", "serve the stats page (the dashboard) of a namespace", serveCommand},
-	{"stats", "print the counts of every open queue", statsCommand},
-	{"clean", "return the deliveries of dead connections and lost leases to ready, once or periodically", cleanCommand},
-	{"return-rejected", "move rejected deliveries of a queue back to ready", returnRejectedCommand},
-	{"purge-rejected", "delete the rejected deliveries of a queue", purgeRejectedCommand},
+	{name: "demo", summary: "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", flags: demoCommand},
+	{name: "serve", summary: "serve the stats page (the dashboard) of a namespace", flags: serveCommand},
+	{name: "stats", summary: "print the counts of every open queue", flags: statsCommand},
+	{name: "clean", summary: "return the deliveries of dead connections and lost leases to ready, once or periodically", flags: cleanCommand},
+	{name: "return-rejected", summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},
+	{name: "purge-rejected", summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
+	{name: "soak", summary: "prove the reliability contract under faults (SIGKILL, SIGSTOP, Redis restarts) on a private redis-server",
+		flags: soakCommand, details: soakDetails},
+}
+
+// hiddenCommands run like commands but are not listed: programs start
+// them, people do not.
+var hiddenCommands = []command{
+	{name: "soak-worker", summary: "run one consumer process of a soak (started by redq soak)", flags: soakWorkerCommand},
 }
 
 func lookup(name string) *command {
-	for i := range commands {
-		if commands[i].name == name {
-			return &commands[i]
+	for _, table := range [][]command{commands, hiddenCommands} {
+		for i := range table {
+			if table[i].name == name {
+				return &table[i]
+			}
 		}
 	}
 	return nil
@@ -109,11 +123,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := runCommand(ctx, stdout, stderr)
 	var ue usageError
+	var es exitStatus
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
 		return usageFailure(stderr, cmd, err)
+	case errors.As(err, &es):
+		if es.err != nil {
+			fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, es.err)
+		}
+		return es.code
 	default:
 		fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, err)
 		return 1
@@ -126,7 +146,11 @@ func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, stdout, 
 	fs := flag.NewFlagSet("redq "+cmd.name, flag.ContinueOnError)
 	runCommand := cmd.flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redq %s [flags]\n\n%s.\n\nflags:\n", cmd.name, capitalize(cmd.summary))
+		fmt.Fprintf(fs.Output(), "usage: redq %s [flags]\n\n%s.\n\n", cmd.name, capitalize(cmd.summary))
+		if cmd.details != "" {
+			fmt.Fprintf(fs.Output(), "%s\n\n", strings.TrimSpace(cmd.details))
+		}
+		fmt.Fprint(fs.Output(), "flags:\n")
 		fs.PrintDefaults()
 	}
 	return fs, runCommand
@@ -163,3 +187,19 @@ func (e usageError) Unwrap() error { return e.err }
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
+
+// exitStatus makes a command exit with a status of its own, after printing
+// err if it is not nil.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e exitStatus) Unwrap() error { return e.err }

@@ -425,6 +425,26 @@ func (s *Server) restart() error {
 	return s.launchLocked()
 }
 
+// Relaunch starts a server that was stopped ([Server.Stop]) or killed
+// ([Server.Kill]) again on the same port with the same data directory and
+// options, and waits until it answers PING; it is [Server.Restart] without
+// the stop and without a testing.TB, for programs that take a server down
+// themselves (SIGTERM or SIGKILL) and bring it back later. A server that is
+// running is left alone and nil returned. The error carries the tail of the
+// server log.
+func (s *Server) Relaunch() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.stopped {
+		select {
+		case <-s.done:
+		default:
+			return nil
+		}
+	}
+	return s.launchLocked()
+}
+
 // Client returns a new go-redis client connected to the server. The client
 // is closed by t.Cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {

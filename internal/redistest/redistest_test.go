@@ -151,3 +151,38 @@ func TestStartSkipsWithoutRedis(t *testing.T) {
 		t.Fatal("Start did not skip without redis-server")
 	}
 }
+
+func TestRelaunchAfterKillAndStop(t *testing.T) {
+	s, err := StartMain(WithAppendOnly())
+	if errors.Is(err, ErrNotFound) {
+		if Required() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	port := s.Port()
+	if err := s.Relaunch(); err != nil { // running: nothing to do
+		t.Fatalf("Relaunch of a running server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.Set(ctx(t), "survivor", "yes", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, down := range []func(){s.Kill, s.Stop} {
+		down()
+		if err := s.Relaunch(); err != nil {
+			t.Fatalf("Relaunch %d: %v", i, err)
+		}
+		if s.Port() != port {
+			t.Fatalf("port changed across Relaunch: %d -> %d", port, s.Port())
+		}
+		if got, err := c.Get(ctx(t), "survivor").Result(); err != nil || got != "yes" {
+			t.Fatalf("after Relaunch %d Get = %q, %v; want \"yes\"", i, got, err)
+		}
+	}
+}

@@ -1,0 +1,738 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq"
+	"github.com/redq/redq/internal/redistest"
+)
+
+// soakDetails is the soak's help text beyond its flags.
+const soakDetails = `
+The soak runs the library as a production user would and checks its
+reliability contract. It starts a private redis-server on a free loopback
+port (AOF with appendfsync always; it never touches a Redis on 6379),
+publishes -n deliveries whose payloads are sequence numbers (Publish of one,
+PublishBytes batches, Put with a delay, a priority or a TTR; some under a
+short context), and runs -workers consumer processes (this binary, re-run
+as a hidden soak-worker command) that consume with AddConsumer,
+AddBatchConsumer and TakeBatch and log every delivery they get and ack.
+While it publishes it SIGKILLs consumers, SIGSTOPs them past their heartbeat
+TTL while its cleaner declares them dead (then SIGCONT: they must stop by
+themselves), and restarts Redis after SIGTERM and after SIGKILL. A cleaner
+and CollectStats run throughout. Then it drains the queue, stops the
+workers, cleans once more, and checks:
+
+  - every payload whose Publish returned nil was acked (an ack under way
+    when its process was SIGKILLed counts as "acked at kill, unconfirmed",
+    accepted only if nothing of the payload is left in Redis);
+  - no delivery id was acked twice, and no payload landed under two ids;
+  - every Ack that failed saying it did nothing (not found, connection or
+    lease lost, unavailable, refused, stopped) was followed by an ack of
+    another take of that delivery: otherwise the error was false;
+  - publishes that did nothing (unavailable, refused, not sent) were never
+    delivered; those of unknown outcome are reported as landed or absent;
+  - nothing is left in Redis but counters, registrations and records with
+    a TTL (every remaining key is listed);
+  - every SIGSTOPped worker that was declared dead stopped by itself, and
+    how long after SIGCONT.
+
+It prints a progress line every few seconds and ends with a summary (one
+line, here wrapped):
+
+  soak: published=19999 acked=19997 acked_at_kill=2 acked_unknown=0 lost=0
+  dup_ids=0 double_landed=0 redelivered=24(zombie 24) false_ack_errors=0
+  outcome_unknown=0 nothing_done=1 kills=3 sigstops=2 zombies_stopped=2/2
+  (max 9.03ms) restart_zombies=4 redis_sigterm=2 redis_sigkill=2
+  workers_started=13 rate=950/s elapsed=23s: PASS
+
+redelivered counts takes beyond the first of a delivery, by what ended the
+take before: its process was killed (kill), SIGSTOPped and declared dead
+(zombie), declared dead otherwise, mostly because its heartbeat lapsed while
+Redis was down (restart), its lease ran out (lease), or its Ack's outcome was
+unknown (unknown-ack). The exit status is 1 when any check failed; the
+workers' logs are then kept and their paths printed. -seed repeats a run's
+fault schedule and publish mix.
+
+CI-sized:  redq soak -n 20000
+Full run:  redq soak -n 1000000 -rate 2500 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10`
+
+// Namespace and queue of the soak's private Redis.
+const (
+	soakNamespace = "redq"
+	soakQueue     = "soak"
+)
+
+// soakConfig holds the soak's flags.
+type soakConfig struct {
+	n, workers, publishers                  int
+	rate                                    int
+	kills, sigstops, redisTerms, redisKills int
+	downMin, downMax, sigstopMax            time.Duration
+	hbInterval, hbTTL                       time.Duration
+	cleanEvery, progressEvery               time.Duration
+	work, drainTimeout                      time.Duration
+	seed                                    uint64
+	dir                                     string
+	keep                                    bool
+}
+
+// soakCommand: redq soak [-n 20000] [-workers 4] [-rate 1000] [faults...]
+func soakCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	var c soakConfig
+	fs.IntVar(&c.n, "n", 20000, "deliveries to publish")
+	fs.IntVar(&c.workers, "workers", 4, "consumer processes")
+	fs.IntVar(&c.publishers, "publishers", 4, "goroutines that publish")
+	fs.IntVar(&c.rate, "rate", 1000, "deliveries published per second (0: as fast as possible); the faults are spread over the publishing")
+	fs.IntVar(&c.kills, "kills", 3, "SIGKILLs of consumer processes")
+	fs.IntVar(&c.sigstops, "sigstops", 2, "SIGSTOPs of consumer processes past their heartbeat TTL")
+	fs.IntVar(&c.redisTerms, "redis-sigterms", 2, "Redis restarts after SIGTERM")
+	fs.IntVar(&c.redisKills, "redis-sigkills", 2, "Redis restarts after SIGKILL")
+	fs.DurationVar(&c.sigstopMax, "sigstop-max", 4*time.Second, "a SIGSTOP lasts until the worker was declared dead and at least a random time up to this (beyond the client's 3s read timeout, its calls under way are sent again when it resumes)")
+	fs.DurationVar(&c.downMin, "down-min", 200*time.Millisecond, "shortest time Redis stays down")
+	fs.DurationVar(&c.downMax, "down-max", 2*time.Second, "longest time Redis stays down")
+	fs.DurationVar(&c.hbInterval, "hb-interval", 150*time.Millisecond, "heartbeat interval of the consumer processes")
+	fs.DurationVar(&c.hbTTL, "hb-ttl", time.Second, "heartbeat TTL of the consumer processes")
+	fs.DurationVar(&c.cleanEvery, "clean-every", 500*time.Millisecond, "how often the cleaner runs")
+	fs.DurationVar(&c.work, "work", time.Millisecond, "the most time a consumer works on a delivery (random from 0)")
+	fs.DurationVar(&c.progressEvery, "progress", 5*time.Second, "how often to print a progress line")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 2*time.Minute, "how long to wait for the consumers to drain the queue at the end")
+	fs.Uint64Var(&c.seed, "seed", 0, "seed of the fault schedule, the publish mix and the work times (0: pick one and print it)")
+	fs.StringVar(&c.dir, "dir", "", "directory for the workers' logs (default: a new temporary directory, removed after a run that passed)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the logs of a run that passed")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := c.validate(); err != nil {
+			return err
+		}
+		return runSoak(ctx, c, stdout, stderr)
+	}
+}
+
+func (c *soakConfig) validate() error {
+	switch {
+	case c.n < 1 || c.n > 1<<31:
+		return usagef("-n must be from 1 to %d, is %d", 1<<31, c.n)
+	case c.workers < 1 || c.workers > 64:
+		return usagef("-workers must be from 1 to 64, is %d", c.workers)
+	case c.publishers < 1 || c.publishers > 64:
+		return usagef("-publishers must be from 1 to 64, is %d", c.publishers)
+	case c.rate < 0:
+		return usagef("-rate must not be negative, is %d", c.rate)
+	case c.kills < 0 || c.sigstops < 0 || c.redisTerms < 0 || c.redisKills < 0:
+		return usagef("fault counts must not be negative")
+	case c.sigstops > 0 && c.workers < 2:
+		return usagef("-sigstops needs at least 2 -workers (one must go on consuming)")
+	case c.sigstopMax < 0:
+		return usagef("-sigstop-max must not be negative, is %v", c.sigstopMax)
+	case c.downMin < 0 || c.downMax < c.downMin:
+		return usagef("-down-min must not be negative nor above -down-max (%v, %v)", c.downMin, c.downMax)
+	case c.hbInterval < time.Millisecond || c.hbTTL <= c.hbInterval:
+		return usagef("-hb-interval must be at least 1ms and -hb-ttl longer (%v, %v)", c.hbInterval, c.hbTTL)
+	case c.cleanEvery <= 0 || c.progressEvery <= 0 || c.drainTimeout <= 0:
+		return usagef("-clean-every, -progress and -drain-timeout must be positive")
+	case c.work < 0:
+		return usagef("-work must not be negative, is %v", c.work)
+	}
+	return nil
+}
+
+// errNoRedisServer is returned when redis-server is not on PATH.
+var errNoRedisServer = errors.New("redis-server not found in PATH: the soak starts a private one; install Redis (for example apt-get install redis-server)")
+
+// soak is one run.
+type soak struct {
+	cfg    soakConfig
+	out    *console
+	dir    string
+	exe    string
+	srv    *redistest.Server
+	client *redis.Client
+	conn   redq.Connection
+	queue  redq.Queue
+	start  time.Time // when publishing began
+
+	pub       []pubOutcome // by payload number, written once by the publisher that sent it
+	published atomic.Int64 // payloads whose publish call returned
+	redisDown atomic.Bool
+	redisUpAt atomic.Int64 // unix ns when Redis last came back
+	cleaned   atomic.Int64
+	abort     context.CancelCauseFunc
+
+	mu          sync.Mutex
+	procs       []*soakProc
+	stopping    bool
+	faults      faultStats
+	supervisors sync.WaitGroup
+}
+
+func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error {
+	if _, ok := redistest.Available(); !ok {
+		return errNoRedisServer
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program to run its workers: %w", err)
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	}
+	dir := c.dir
+	ownDir := dir == ""
+	if ownDir {
+		if dir, err = os.MkdirTemp("", "redq-soak-"); err != nil {
+			return fmt.Errorf("create log directory: %w", err)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create log directory: %w", err)
+	}
+	s := &soak{cfg: c, out: newConsole(stderr), dir: dir, exe: exe, pub: make([]pubOutcome, c.n)}
+	// go-redis logs through a logger of its process; the soak's knows
+	// when Redis is down on purpose.
+	redis.SetLogger(soakRedisLog{s})
+	s.out.logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
+		c.seed, c.n, rateString(c.rate), c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
+
+	srv, err := redistest.StartMain(redistest.WithAppendOnly())
+	if err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.srv = srv
+	s.out.logf("soak: redis-server on %s (AOF appendfsync always, data in %s)", srv.Addr(), srv.Dir())
+	passed, err := s.run(ctx, stdout)
+	// Keep Redis's own log with the workers' when the run needs a look.
+	if !passed {
+		if b, rerr := os.ReadFile(filepath.Join(srv.Dir(), "redis.log")); rerr == nil {
+			_ = os.WriteFile(filepath.Join(dir, "redis.log"), b, 0o644)
+		}
+	}
+	if cerr := srv.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	switch {
+	case passed && ownDir && !c.keep:
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			s.out.logf("soak: remove %s: %v", dir, rerr)
+		}
+	default:
+		s.out.logf("soak: logs kept in %s", dir)
+	}
+	if err != nil {
+		return err
+	}
+	if !passed {
+		return errors.New("the contract was broken or the run went wrong: see the checks above")
+	}
+	return nil
+}
+
+// run runs the soak on its Redis and reports whether every check passed.
+func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
+	c := s.cfg
+	s.client = redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
+	defer s.client.Close()
+	runCtx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	s.abort = abort
+
+	errChan := make(chan error, 256)
+	conn, err := redq.Open(runCtx, "soak", s.client, errChan, redq.WithNamespace(soakNamespace))
+	if err != nil {
+		return false, fmt.Errorf("open connection: %w", err)
+	}
+	s.conn = conn
+	go s.watchErrors(errChan)
+	if s.queue, err = conn.OpenQueue(soakQueue); err != nil {
+		return false, fmt.Errorf("open queue: %w", err)
+	}
+
+	loopCtx, stopLoops := context.WithCancel(runCtx)
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); s.cleanLoop(loopCtx) }()
+	go func() { defer loops.Done(); s.progressLoop(loopCtx) }()
+	s.start = time.Now()
+	for slot := 0; slot < c.workers; slot++ {
+		s.supervisors.Add(1)
+		go s.supervise(runCtx)
+	}
+
+	var pubs sync.WaitGroup
+	var next atomic.Int64
+	for i := 0; i < c.publishers; i++ {
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			s.publishLoop(runCtx, i, &next)
+		}()
+	}
+	faultsDone := make(chan error, 1)
+	go func() { faultsDone <- s.runFaults(runCtx) }()
+	pubs.Wait()
+	if runCtx.Err() == nil {
+		s.out.logf("soak %s: published all %d (%s)", s.since(), c.n, s.pubCounts())
+	}
+	if err := <-faultsDone; err != nil {
+		abort(err)
+	}
+	drained := false
+	if runCtx.Err() == nil {
+		drained = s.drain(runCtx)
+	}
+	workEnd := time.Now()
+	s.stopWorkers()
+	stopLoops()
+	loops.Wait()
+	if err := context.Cause(runCtx); err != nil {
+		<-conn.StopAllConsuming()
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return false, errors.New("interrupted")
+		}
+		return false, err
+	}
+
+	// The workers' heartbeats are gone or expire within their TTL; the
+	// last clean hands back whatever a killed worker left.
+	time.Sleep(c.hbTTL + 100*time.Millisecond)
+	s.finalClean(ctx)
+	<-conn.StopAllConsuming()
+	keys, leftover, err := scanSoakKeys(ctx, s.client, soakNamespace, soakQueue)
+	if err != nil {
+		return false, err
+	}
+	return s.report(stdout, drained, keys, leftover, workEnd.Sub(s.start))
+}
+
+// redisUp notes that Redis is back after a fault.
+func (s *soak) redisUp() {
+	s.redisUpAt.Store(time.Now().UnixNano())
+	s.redisDown.Store(false)
+}
+
+// expectingErrors reports whether Redis is down on purpose, or was until
+// a moment ago: errors then are the fault's, not news.
+func (s *soak) expectingErrors() bool {
+	return s.redisDown.Load() || time.Since(time.Unix(0, s.redisUpAt.Load())) < 2*time.Second
+}
+
+// soakRedisLog passes go-redis's log lines to the soak's console, except
+// while the soak has taken Redis down on purpose, when every dial fails
+// and says so.
+type soakRedisLog struct{ s *soak }
+
+// Printf logs one line of go-redis.
+func (l soakRedisLog) Printf(_ context.Context, format string, v ...any) {
+	if !l.s.expectingErrors() {
+		l.s.out.logf("soak: go-redis: "+format, v...)
+	}
+}
+
+func (s *soak) since() string { return time.Since(s.start).Round(100 * time.Millisecond).String() }
+
+// shortDuration rounds d for people: to 10µs below 10ms, else to 1ms.
+func shortDuration(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func rateString(rate int) string {
+	if rate == 0 {
+		return "full speed"
+	}
+	return fmt.Sprintf("%d/s", rate)
+}
+
+// watchErrors logs the soak connection's background errors, at most one a
+// second.
+func (s *soak) watchErrors(errs <-chan error) {
+	var last time.Time
+	for err := range errs {
+		if errors.Is(err, redq.ErrorConnectionLost) {
+			s.out.logf("soak %s: the soak's own connection was declared dead: %v", s.since(), err)
+			continue
+		}
+		if time.Since(last) > time.Second && !s.expectingErrors() {
+			last = time.Now()
+			s.out.logf("soak %s: background error: %v", s.since(), err)
+		}
+	}
+}
+
+// publishLoop publishes payloads from next, paced to the rate, with a mix
+// of the publishing calls, and records each outcome.
+func (s *soak) publishLoop(ctx context.Context, i int, next *atomic.Int64) {
+	rng := rand.New(rand.NewPCG(s.cfg.seed, uint64(1000+i)))
+	n := int64(s.cfg.n)
+	for ctx.Err() == nil {
+		k := int64(1)
+		kind := rng.IntN(100)
+		switch {
+		case kind < 45: // Publish of one
+		case kind < 70: // a small batch, coalesced with others
+			k = 2 + rng.Int64N(39)
+		case kind < 75: // a large batch, sent on its own
+			k = 101 + rng.Int64N(150)
+		}
+		first := next.Add(k) - k
+		if first >= n {
+			return
+		}
+		last := min(first+k, n)
+		if s.cfg.rate > 0 {
+			due := s.start.Add(time.Duration(float64(first) / float64(s.cfg.rate) * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+		}
+		pctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if rng.IntN(10) == 0 {
+			// A caller with a deadline: during a Redis outage this is where
+			// "unknown", "unavailable" and "not sent" come from.
+			pctx, cancel = context.WithTimeout(pctx, 300*time.Millisecond)
+		}
+		var err error
+		switch {
+		case k > 1:
+			bs := make([][]byte, 0, last-first)
+			for p := first; p < last; p++ {
+				bs = append(bs, []byte(formatPayload(int(p))))
+			}
+			err = s.queue.PublishBytesContext(pctx, bs...)
+		case kind < 45:
+			err = s.queue.PublishContext(pctx, formatPayload(int(first)))
+		default:
+			var opts []redq.PublishOption
+			switch r := rng.IntN(10); {
+			case r < 5:
+				opts = append(opts, redq.Priority(1+rng.IntN(redq.MaxPriority)))
+			case r < 8:
+				opts = append(opts, redq.Delay(time.Duration(50+rng.IntN(1500))*time.Millisecond))
+				if r == 7 {
+					opts = append(opts, redq.Priority(1+rng.IntN(redq.MaxPriority)))
+				}
+			default:
+				opts = append(opts, redq.TTR(3*time.Second))
+			}
+			err = s.queue.Put(pctx, []byte(formatPayload(int(first))), opts...)
+		}
+		cancel()
+		o := classifyPublish(err)
+		if o == pubOther {
+			s.out.logf("soak %s: publish of %d..%d: untyped error: %v", s.since(), first, last-1, err)
+		}
+		for p := first; p < last; p++ {
+			s.pub[p] = o
+		}
+		s.published.Add(last - first)
+	}
+}
+
+// pubCounts renders the publish outcomes so far. Only call it once the
+// publishers are done.
+func (s *soak) pubCounts() string {
+	var counts [pubOther + 1]int
+	for _, o := range s.pub {
+		counts[o]++
+	}
+	var parts []string
+	for o, n := range counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%v: %d", pubOutcome(o), n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cleanLoop runs the cleaner every cleanEvery; it keeps going while Redis
+// is down.
+func (s *soak) cleanLoop(ctx context.Context) {
+	cleaner := redq.NewCleaner(s.conn)
+	failing := false
+	t := time.NewTicker(s.cfg.cleanEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := cleaner.CleanContext(cctx)
+		cancel()
+		s.cleaned.Add(n)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing && !s.expectingErrors():
+			failing = true
+			s.out.logf("soak %s: clean failed: %v", s.since(), err)
+		case err == nil:
+			failing = false
+		}
+	}
+}
+
+// queueCounts reads the queue's counts.
+func (s *soak) queueCounts(ctx context.Context) (redq.QueueStat, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := s.conn.CollectStatsContext(cctx, []string{soakQueue})
+	if err != nil {
+		return redq.QueueStat{}, err
+	}
+	return st.QueueStats[soakQueue], nil
+}
+
+// progressLoop reads the queue's stats every second, as a dashboard
+// would, and prints a progress line every -progress.
+func (s *soak) progressLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	lastPrint := time.Now()
+	counts := "no stats yet"
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if qs, err := s.queueCounts(ctx); err == nil {
+			counts = fmt.Sprintf("ready %d, delayed %d, unacked %d, rejected %d", qs.ReadyCount, qs.DelayedCount, qs.UnackedCount(), qs.RejectedCount)
+		} else if s.expectingErrors() {
+			counts = "Redis down"
+		} else {
+			counts = "stats: " + err.Error()
+		}
+		if time.Since(lastPrint) < s.cfg.progressEvery {
+			continue
+		}
+		lastPrint = time.Now()
+		live, started := s.workerCounts()
+		s.mu.Lock()
+		done, total := s.faults.done(), s.cfg.kills+s.cfg.sigstops+s.cfg.redisTerms+s.cfg.redisKills
+		s.mu.Unlock()
+		pub := s.published.Load()
+		s.out.logf("soak %s: published %d/%d (%.0f/s); %s; %d workers live, %d started; faults %d/%d",
+			s.since(), pub, s.cfg.n, float64(pub)/time.Since(s.start).Seconds(), counts, live, started, done, total)
+	}
+}
+
+// drain waits until the queue holds nothing: every delivery was acked.
+func (s *soak) drain(ctx context.Context) bool {
+	deadline := time.Now().Add(s.cfg.drainTimeout)
+	zeros := 0
+	var last redq.QueueStat
+	for ctx.Err() == nil {
+		qs, err := s.queueCounts(ctx)
+		if err == nil {
+			last = qs
+			if qs.ReadyCount+qs.DelayedCount+qs.UnackedCount()+qs.RejectedCount == 0 {
+				// Twice in a row: the counts are read in two steps.
+				if zeros++; zeros >= 2 {
+					s.out.logf("soak %s: drained", s.since())
+					return true
+				}
+			} else {
+				zeros = 0
+			}
+		}
+		if time.Now().After(deadline) {
+			s.out.logf("soak %s: not drained after %v: ready %d, delayed %d, unacked %d, rejected %d", s.since(), s.cfg.drainTimeout,
+				last.ReadyCount, last.DelayedCount, last.UnackedCount(), last.RejectedCount)
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// finalClean runs the cleaner until a clean succeeds (a few tries).
+func (s *soak) finalClean(ctx context.Context) {
+	cleaner := redq.NewCleaner(s.conn)
+	for try := 0; try < 5; try++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := cleaner.CleanContext(cctx)
+		cancel()
+		if err == nil {
+			if n > 0 {
+				s.out.logf("soak: the final clean returned %d deliveries to ready", n)
+			}
+			return
+		}
+		s.out.logf("soak: final clean: %v", err)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// report reads the logs, judges the run, prints the checks and the
+// summary, and reports whether every check passed.
+func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover map[uint32]int, workTime time.Duration) (bool, error) {
+	checker := newSoakChecker(s.pub)
+	s.mu.Lock()
+	procs := append([]*soakProc(nil), s.procs...)
+	faults := s.faults
+	s.mu.Unlock()
+	infos := make([]soakLogInfo, len(procs))
+	var logs []string
+	for i, p := range procs {
+		info, err := checker.readLogFile(p.log, p.fate())
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+		infos[i] = info
+		logs = append(logs, p.log)
+	}
+	tally, checks := checker.verdict(leftover)
+	zombie, zs := zombieCheck(procs, infos)
+	checks = append(checks, zombie, workersCheck(procs, infos), keysCheck(keys))
+	if !drained {
+		checks = append(checks, soakCheck{name: "the consumers drained the queue", detail: "they did not within -drain-timeout"})
+	}
+
+	passed := true
+	fmt.Fprintf(stdout, "soak: the cleaner returned %d deliveries of dead connections and lost leases to ready\n", s.cleaned.Load())
+	fmt.Fprintln(stdout, "soak: checks")
+	for _, ck := range checks {
+		mark := "ok  "
+		if !ck.ok {
+			mark, passed = "FAIL", false
+		}
+		fmt.Fprintf(stdout, "  %s %s: %s\n", mark, ck.name, ck.detail)
+		if !ck.ok || ck.always {
+			for _, e := range ck.examples {
+				fmt.Fprintf(stdout, "         %s\n", e)
+			}
+		}
+	}
+	if suspects := checker.suspects(); len(suspects) > 0 {
+		fmt.Fprintln(stdout, "soak: what the logs say about the payloads above")
+		for _, line := range evidence(logs, suspects, 60) {
+			fmt.Fprintf(stdout, "         %s\n", line)
+		}
+	}
+	verdict := "PASS"
+	if !passed {
+		verdict = "FAIL"
+	}
+	rate := float64(tally.acked+tally.ackedAtKill+tally.ackedUnknown) / workTime.Seconds()
+	zombies := fmt.Sprintf("%d/%d", zs.stopped, zs.sigstopped)
+	if zs.stopped > 0 {
+		zombies += fmt.Sprintf(" (max %v)", shortDuration(zs.maxLatency))
+	}
+	line := fmt.Sprintf("soak: published=%d acked=%d", tally.published, tally.acked)
+	if tally.ackedAtKill+tally.ackedUnknown > 0 {
+		line += fmt.Sprintf(" acked_at_kill=%d acked_unknown=%d", tally.ackedAtKill, tally.ackedUnknown)
+	}
+	line += fmt.Sprintf(" lost=%d dup_ids=%d double_landed=%d redelivered=%d", tally.lost, tally.dupIDs, tally.doubleLanded, tally.redelivered)
+	if causes := causesString(tally.causes); causes != "" {
+		line += "(" + causes + ")"
+	}
+	line += fmt.Sprintf(" false_ack_errors=%d outcome_unknown=%d nothing_done=%d", tally.falseAckErrors, tally.outcomeUnknown, tally.nothingDone)
+	line += fmt.Sprintf(" kills=%d sigstops=%d zombies_stopped=%s restart_zombies=%d redis_sigterm=%d redis_sigkill=%d workers_started=%d rate=%.0f/s elapsed=%s: %s",
+		faults.kills, faults.sigstops, zombies, zs.restartZombies, faults.redisTerms, faults.redisKills, len(procs), rate,
+		time.Since(s.start).Round(time.Second), verdict)
+	fmt.Fprintln(stdout, line)
+	return passed, nil
+}
+
+// zombieStats is what the SIGSTOPs showed.
+type zombieStats struct {
+	sigstopped, stopped int
+	maxLatency          time.Duration
+	restartZombies      int // workers declared dead without a SIGSTOP that stopped by themselves
+}
+
+// zombieCheck judges the SIGSTOPped workers: each was declared dead and
+// must have stopped by itself after SIGCONT.
+func zombieCheck(procs []*soakProc, infos []soakLogInfo) (soakCheck, zombieStats) {
+	var zs zombieStats
+	var bad, latencies exampleSet
+	for i, p := range procs {
+		info := infos[i]
+		if !p.sigstopped {
+			if p.exitCode == workerExitLost && !p.killed {
+				zs.restartZombies++
+			}
+			continue
+		}
+		zs.sigstopped++
+		switch {
+		case !p.declaredDead:
+			bad.add("%s was SIGSTOPped but never declared dead", p.fate().name)
+		case p.forced:
+			bad.add("%s did not stop by itself within %v after SIGCONT (SIGKILLed)", p.fate().name, zombieStopLimit)
+		case p.exitCode != workerExitLost || info.stopped != stoppedSelf:
+			bad.add("%s exited with status %d, its log says stopped %q", p.fate().name, p.exitCode, info.stopped)
+		default:
+			zs.stopped++
+			d := info.stoppedAt.Sub(p.contAt)
+			zs.maxLatency = max(zs.maxLatency, d)
+			latencies.add("%s stopped %v after SIGCONT (it learnt it was dead after %v)", p.fate().name, shortDuration(d), shortDuration(info.lostAt.Sub(p.contAt)))
+		}
+	}
+	ck := soakCheck{
+		name:   "every SIGSTOPped worker declared dead stopped by itself",
+		always: true,
+		ok:     bad.count == 0,
+		detail: fmt.Sprintf("%d of %d, the slowest %v after SIGCONT", zs.stopped, zs.sigstopped, shortDuration(zs.maxLatency)),
+	}
+	ck.examples = append(bad.examples, latencies.examples...)
+	return ck, zs
+}
+
+// workersCheck judges how the worker processes ended.
+func workersCheck(procs []*soakProc, infos []soakLogInfo) soakCheck {
+	var bad exampleSet
+	ends := map[string]int{}
+	for i, p := range procs {
+		switch {
+		case p.killed:
+			ends["killed"]++
+		case p.exitCode == workerExitAsked:
+			ends["asked to stop"]++
+		case p.exitCode == workerExitLost:
+			ends["declared dead, stopped by itself"]++
+		case p.exitCode == workerExitHBErrors:
+			ends["stopped after failed heartbeats"]++
+		case p.exitCode == workerExitGaveUp:
+			ends["stopped after an Ack that left its delivery held"]++
+		case p.exitCode == workerExitFailed && infos[i].conn == "":
+			ends["could not start"]++
+		default:
+			bad.add("%s exited with status %d (log says stopped %q): %s", p.fate().name, p.exitCode, infos[i].stopped, p.stderrTail())
+		}
+	}
+	var parts []string
+	for k, n := range ends {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(parts)
+	return soakCheck{
+		name:     "every worker process ended as a worker may",
+		ok:       bad.count == 0,
+		detail:   fmt.Sprintf("%d processes: %s", len(procs), strings.Join(parts, ", ")),
+		examples: bad.examples,
+	}
+}

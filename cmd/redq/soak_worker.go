@@ -1,0 +1,380 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq"
+)
+
+// soakWorkerEnv is set in the environment of the soak's worker processes,
+// so that a test binary that runs the soak in-process (and is re-executed
+// as its workers) knows to run the worker instead of the tests.
+const soakWorkerEnv = "REDQ_SOAK_WORKER"
+
+// workerConfig holds the flags of redq soak-worker.
+type workerConfig struct {
+	addr           string
+	namespace      string
+	queue          string
+	log            string
+	tag            string
+	hbInterval     time.Duration
+	hbTTL          time.Duration
+	consumers      int
+	batchConsumers int
+	takers         int
+	prefetch       int64
+	work           time.Duration
+	seed           uint64
+}
+
+// soakWorkerCommand: redq soak-worker, one consumer process of a soak (see
+// soak.go). It is not listed by "redq help": the soak starts it.
+func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	var c workerConfig
+	fs.StringVar(&c.addr, "addr", "", "Redis address, host:port (required)")
+	fs.StringVar(&c.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queue")
+	fs.StringVar(&c.queue, "queue", "soak", "queue to consume")
+	fs.StringVar(&c.log, "log", "", "file to append one line per event to (required)")
+	fs.StringVar(&c.tag, "tag", "soak-worker", "connection tag")
+	fs.DurationVar(&c.hbInterval, "hb-interval", 150*time.Millisecond, "heartbeat interval")
+	fs.DurationVar(&c.hbTTL, "hb-ttl", time.Second, "heartbeat TTL")
+	fs.IntVar(&c.consumers, "consumers", 2, "consumers (AddConsumer)")
+	fs.IntVar(&c.batchConsumers, "batch-consumers", 1, "batch consumers (AddBatchConsumer)")
+	fs.IntVar(&c.takers, "takers", 1, "goroutines that Take")
+	fs.Int64Var(&c.prefetch, "prefetch", 20, "prefetch limit")
+	fs.DurationVar(&c.work, "work", time.Millisecond, "the most time spent working on a delivery (random from 0)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the work times and Take sizes")
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		if c.addr == "" || c.log == "" {
+			return usagef("--addr and --log are required")
+		}
+		return runSoakWorker(ctx, c)
+	}
+}
+
+// eventLog appends lines to a worker's log, each with one write call, so
+// that a SIGKILL never leaves half a line (see soak_log.go).
+type eventLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (l *eventLog) write(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.WriteString(line); err != nil {
+		// The log is the soak's evidence: without it the run proves nothing.
+		fmt.Fprintf(os.Stderr, "redq soak-worker: write log: %v\n", err)
+		os.Exit(workerExitFailed)
+	}
+}
+
+// take logs an event of one take: kind, id, payload, more, attempt.
+func (l *eventLog) take(kind string, d redq.Delivery, more string) {
+	l.write(kind + " " + d.ID() + " " + d.Payload() + " " + more + strconv.Itoa(d.Attempts()) + "\n")
+}
+
+func (l *eventLog) event(kind string, fields ...string) {
+	line := kind
+	for _, f := range fields {
+		line += " " + f
+	}
+	l.write(line + "\n")
+}
+
+func nowNano() string { return strconv.FormatInt(time.Now().UnixNano(), 10) }
+
+// soakWorker is the state of one worker process.
+type soakWorker struct {
+	c       workerConfig
+	log     *eventLog
+	giveUp  chan struct{} // closed when an Ack left a delivery held
+	gaveUp  sync.Once
+	lostNow chan struct{} // closed when ErrorConnectionLost arrived
+}
+
+func runSoakWorker(ctx context.Context, c workerConfig) error {
+	f, err := os.OpenFile(c.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
+	}
+	defer f.Close()
+	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{}), lostNow: make(chan struct{})}
+
+	client := redis.NewClient(&redis.Options{Addr: c.addr})
+	defer client.Close()
+	errs := make(chan error, 1024)
+	var conn redq.Connection
+	// Redis may be down for a moment (the soak restarts it): keep trying.
+	err = retryFor(ctx, 30*time.Second, func() error {
+		var err error
+		conn, err = redq.Open(ctx, c.tag, client, errs, redq.WithNamespace(c.namespace), redq.WithHeartbeat(c.hbInterval, c.hbTTL))
+		return err
+	})
+	if err != nil {
+		return exitStatus{workerExitFailed, err}
+	}
+	w.log.event(lineStart, strconv.Itoa(os.Getpid()), connectionName(conn), nowNano())
+	go w.watchErrors(errs)
+
+	var q, tq redq.Queue
+	err = retryFor(ctx, 30*time.Second, func() error {
+		var err error
+		if q == nil {
+			if q, err = conn.OpenQueue(c.queue); err != nil {
+				return err
+			}
+		}
+		tq, err = conn.OpenQueue(c.queue) // a handle of its own for Take
+		return err
+	})
+	if err == nil {
+		err = retryFor(ctx, 30*time.Second, func() error { return q.StartConsuming(c.prefetch, 100*time.Millisecond) })
+	}
+	for i := 0; err == nil && i < c.consumers; i++ {
+		rng := rand.New(rand.NewPCG(c.seed, uint64(i)))
+		err = retryFor(ctx, 30*time.Second, func() error {
+			_, err := q.AddConsumerFunc("single", func(d redq.Delivery) {
+				w.log.take(lineGot, d, "")
+				w.work(rng)
+				w.ack(d)
+			})
+			return err
+		})
+	}
+	for i := 0; err == nil && i < c.batchConsumers; i++ {
+		rng := rand.New(rand.NewPCG(c.seed, uint64(100+i)))
+		err = retryFor(ctx, 30*time.Second, func() error {
+			_, err := q.AddBatchConsumerFunc("batch", 10, 20*time.Millisecond, func(b redq.Deliveries) {
+				for _, d := range b {
+					w.log.take(lineGot, d, "")
+					w.work(rng)
+				}
+				w.ackBatch(b)
+			})
+			return err
+		})
+	}
+	if err != nil {
+		<-conn.StopAllConsuming()
+		return exitStatus{workerExitFailed, err}
+	}
+	takeCtx, stopTakers := context.WithCancel(context.Background())
+	defer stopTakers()
+	var takers sync.WaitGroup
+	for i := 0; i < c.takers; i++ {
+		takers.Add(1)
+		rng := rand.New(rand.NewPCG(c.seed, uint64(200+i)))
+		go func() {
+			defer takers.Done()
+			w.takeLoop(takeCtx, tq, rng)
+		}()
+	}
+	endTakers := func() {
+		stopTakers()
+		takers.Wait()
+	}
+
+	probe := time.NewTicker(200 * time.Millisecond)
+	defer probe.Stop()
+	for {
+		select {
+		case <-ctx.Done(): // SIGTERM: the soak asks us to stop
+			endTakers()
+			waitClosed(conn.StopAllConsuming(), 30*time.Second)
+			w.log.event(lineStopped, stoppedAsked, nowNano())
+			return nil
+		case <-w.lostNow:
+			return w.afterLost(conn, endTakers)
+		case <-w.giveUp:
+			endTakers()
+			waitClosed(conn.StopAllConsuming(), 30*time.Second)
+			w.log.event(lineStopped, stoppedGaveUp, nowNano())
+			return exitStatus{code: workerExitGaveUp}
+		case <-probe.C:
+			if !stoppedByItself(conn, c.queue) {
+				continue
+			}
+			// It stopped without our asking: either it learnt it was
+			// declared dead (the report comes first) or too many
+			// heartbeats failed.
+			select {
+			case <-w.lostNow:
+				return w.afterLost(conn, endTakers)
+			case <-time.After(500 * time.Millisecond):
+			}
+			waitClosed(conn.StopAllConsuming(), 30*time.Second)
+			endTakers()
+			w.log.event(lineStopped, stoppedHB, nowNano())
+			return exitStatus{code: workerExitHBErrors}
+		}
+	}
+}
+
+// afterLost waits for the connection, which learnt that a cleaner declared
+// it dead, to stop consuming by itself, and exits with workerExitLost (or
+// workerExitNotStopped when it does not stop within 10s).
+func (w *soakWorker) afterLost(conn redq.Connection, endTakers func()) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for !stoppedByItself(conn, w.c.queue) {
+		if time.Now().After(deadline) {
+			w.log.event(lineStopped, stoppedNotSelf, nowNano())
+			endTakers()
+			waitClosed(conn.StopAllConsuming(), 30*time.Second)
+			return exitStatus{code: workerExitNotStopped}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// It stopped: StopAllConsuming hands out the channel of the stop under
+	// way, closed once its consumers finished.
+	if !waitClosed(conn.StopAllConsuming(), 10*time.Second) {
+		w.log.event(lineStopped, stoppedNotSelf, nowNano())
+		return exitStatus{code: workerExitNotStopped}
+	}
+	endTakers()
+	w.log.event(lineStopped, stoppedSelf, nowNano())
+	return exitStatus{code: workerExitLost}
+}
+
+// stoppedByItself reports whether the connection stopped consuming: it
+// then refuses to open queues (opening the queue that is open already
+// changes nothing in Redis).
+func stoppedByItself(conn redq.Connection, queue string) bool {
+	_, err := conn.OpenQueue(queue)
+	return errors.Is(err, redq.ErrorConsumingStopped)
+}
+
+func waitClosed(ch <-chan struct{}, limit time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+// watchErrors logs the connection's background errors: ErrorConnectionLost
+// once (and closes lostNow), the others at most once per kind and second.
+func (w *soakWorker) watchErrors(errs <-chan error) {
+	last := map[string]time.Time{}
+	lost := false
+	for err := range errs {
+		if errors.Is(err, redq.ErrorConnectionLost) {
+			if !lost {
+				lost = true
+				w.log.event(lineLost, nowNano())
+				close(w.lostNow)
+			}
+			continue
+		}
+		kind := fmt.Sprintf("%T", err)
+		if time.Since(last[kind]) < time.Second {
+			continue
+		}
+		last[kind] = time.Now()
+		w.log.event(lineBgErr, strconv.Quote(err.Error()))
+	}
+}
+
+func (w *soakWorker) work(rng *rand.Rand) {
+	if w.c.work > 0 {
+		time.Sleep(time.Duration(rng.Int64N(int64(w.c.work) + 1)))
+	}
+}
+
+// ack acks one delivery and logs what happened.
+func (w *soakWorker) ack(d redq.Delivery) {
+	w.log.take(lineAcking, d, "")
+	w.result(d, d.Ack())
+}
+
+// ackBatch acks a batch in one call and logs what happened to each.
+func (w *soakWorker) ackBatch(b redq.Deliveries) {
+	for _, d := range b {
+		w.log.take(lineAcking, d, "")
+	}
+	errs := b.Ack()
+	for i, d := range b {
+		w.result(d, errs[i])
+	}
+}
+
+func (w *soakWorker) result(d redq.Delivery, err error) {
+	if err == nil {
+		w.log.take(lineAcked, d, "")
+		return
+	}
+	kind := ackErrKind(err)
+	w.log.take(lineAckErr, d, kind+" ")
+	switch kind {
+	case ackUnknown, ackUnavailable, ackRefused, ackOther:
+		// The delivery may still be this connection's, and nobody would
+		// work on it until the connection dies: stop, so that a cleaner
+		// hands it to another worker.
+		w.log.event(lineBgErr, strconv.Quote("ack: "+err.Error()))
+		w.gaveUp.Do(func() { close(w.giveUp) })
+	}
+}
+
+// takeLoop takes deliveries with TakeBatch until ctx ends or the
+// connection stops, and acks them one by one or as a batch.
+func (w *soakWorker) takeLoop(ctx context.Context, q redq.Queue, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		ds, err := q.TakeBatch(ctx, 1+rng.Int64N(4), 200*time.Millisecond)
+		switch {
+		case err == nil:
+		case errors.Is(err, redq.ErrorTimeout):
+			continue
+		case ctx.Err() != nil, errors.Is(err, redq.ErrorConsumingStopped), errors.Is(err, redq.ErrorConnectionLost):
+			return
+		default: // Redis is away for a moment
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		for _, d := range ds {
+			w.log.take(lineGot, d, "")
+			w.work(rng)
+		}
+		if len(ds) > 1 && rng.IntN(2) == 0 {
+			w.ackBatch(ds)
+			continue
+		}
+		for _, d := range ds {
+			w.ack(d)
+		}
+	}
+}
+
+// retryFor calls f until it succeeds, ctx ends or limit passes, and
+// returns its last error.
+func retryFor(ctx context.Context, limit time.Duration, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil || errors.Is(err, redq.ErrorInvalidArgument) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
