@@ -22,7 +22,8 @@ func NewCleaner(conn Connection) *Cleaner {
 	return &Cleaner{conn: conn}
 }
 
-// Clean returns the deliveries of dead connections and reports how many.
+// Clean returns the deliveries of dead connections and reports how many,
+// for every queue and timer set of the namespace.
 func (cl *Cleaner) Clean() (int64, error) {
 	return cl.CleanContext(context.Background())
 }
@@ -70,14 +71,14 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("redq: clean: declare dead connections: %w", err)
 		}
 	}
-	queues, err := c.client.SMembers(ctx, c.keys.queues).Result()
+	queues, err := c.cleanTargets(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("redq: clean: list queues: %w", err)
+		return 0, err
 	}
 	pipe := c.client.Pipeline()
 	consumers := make([]*redis.StringSliceCmd, len(queues))
-	for i, name := range queues {
-		consumers[i] = pipe.HKeys(ctx, newQueueKeys(c.opts.namespace, name).consumers)
+	for i, q := range queues {
+		consumers[i] = pipe.HKeys(ctx, q.keys.consumers)
 	}
 	if len(queues) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -93,8 +94,7 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 		live[n] = true
 	}
 	var total int64
-	for i, name := range queues {
-		q := newQueue(c, name, queueOptions{})
+	for i, q := range queues {
 		for _, conn := range consumers[i].Val() {
 			if live[conn] {
 				continue
@@ -112,6 +112,27 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// cleanTargets lists the queues and timer sets of the namespace, as
+// queue handles on their storage.
+func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, error) {
+	pipe := c.client.Pipeline()
+	queues := pipe.SMembers(ctx, c.keys.queues)
+	timers := pipe.SMembers(ctx, c.keys.timers)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redq: clean: list queues: %w", err)
+	}
+	var out []*redisQueue
+	for _, name := range queues.Val() {
+		out = append(out, newQueue(c, name, queueOptions{}))
+	}
+	for _, name := range timers.Val() {
+		q := newQueue(c, name, queueOptions{})
+		q.setKeys(newQueueKeys(c.opts.namespace, timerTag+name))
+		out = append(out, q)
+	}
+	return out, nil
 }
 
 // maintain returns q's deliveries whose lease ran out, promotes its due

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redq/redq/internal/redistest"
 )
 
 // Keyed deliveries (issue 11): every rule on miniredis, whose clock the
@@ -875,4 +878,57 @@ func TestManagementVerbsOnKeyedItems(t *testing.T) {
 		wantKeyed(t, q, keyedCounts{})
 		wantNoKey(t, q, "moved")
 	})
+}
+
+// 8. A consumer process of a keyed delivery is killed while a successor
+// waits: after the clean, exactly one run follows, with the newest payload.
+func TestProcessKilledWhileASuccessorWaits(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ns := procNamespace(t)
+	admin, err := openConn(client, "admin", nil, WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-admin.StopAllConsuming() })
+	q := openQueue(t, admin, "jobs")
+	mustUpsert(t, q, "k", "v1", Created)
+
+	env := procEnv(srv, ns, "jobs", "victim")
+	env[procEnvAckLimit] = "0" // hold the first delivery, never settle it
+	env[procEnvPrefetch] = "1"
+	env[procEnvHBTTL] = "1s"
+	env[procEnvAckFile] = filepath.Join(t.TempDir(), "acks")
+	victim := startProcHelper(t, "consume", env)
+	victim.await("HELD", 20*time.Second, nil)
+	mustUpsert(t, q, "k", "v2", Queued)
+	mustUpsert(t, q, "k", "v3", Queued)
+	victim.kill()
+
+	cl := NewCleaner(admin)
+	procWait(t, 20*time.Second, "the cleaner to return the killed consumer's delivery", func() bool {
+		n, err := cl.Clean()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, func() string { return procQueueState(admin, "jobs") })
+	item := mustLookup(t, q, "k")
+	if item.Running || !item.Pending || string(item.Payload) != "v3" {
+		t.Fatalf("after the clean: %+v, want one pending item with v3", item)
+	}
+	d := mustTake(t, q, 5*time.Second)
+	if d.Payload() != "v3" || d.Attempts() != 2 {
+		t.Fatalf("took %q (attempts %d), want v3 on its second attempt", d.Payload(), d.Attempts())
+	}
+	schedNothingReady(t, q, "after the one run")
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	wantNoKey(t, q, "k")
+	wantCounts(t, admin, "jobs", 0, 0, 0)
+	wantKeyed(t, q, keyedCounts{})
+	if n, err := cl.Clean(); err != nil || n != 0 {
+		t.Fatalf("final clean: %d, %v", n, err)
+	}
 }

@@ -457,7 +457,7 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 		t.Fatal(err)
 	}
 	for _, key := range keys {
-		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" {
+		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
 			continue
 		}
 		rest := strings.TrimPrefix(key, k.prefix+":")
@@ -1212,7 +1212,7 @@ func procLoadScripts(t testing.TB, client redis.UniversalClient) {
 	all := []*redis.Script{scripts.register, scripts.heartbeat, scripts.declareDead, scripts.setConsumers,
 		scripts.fetch, scripts.settle, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
 		scripts.publish, scripts.put, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
-		scripts.counts, scripts.drain}
+		scripts.counts, scripts.drain, scripts.upsert, scripts.keyedCancel, scripts.keyedRunNow, scripts.keyedLookup}
 	for _, sc := range all {
 		if err := sc.Load(context.Background(), client).Err(); err != nil {
 			t.Fatalf("load script %s: %v", sc.Hash(), err)

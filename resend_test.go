@@ -386,3 +386,43 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 		}
 	})
 }
+
+// An upsert, a cancel and a run-now whose reply is lost are sent again and
+// answer what the first send did, once: an upsert that created the item
+// says Created (not Updated), and merges once.
+func TestKeyedCallsRunOnceWhenTheirReplyIsLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		q := openQueue(t, r.worker, "jobs")
+		lose := func(pattern string) {
+			r.proxy.arm(pattern)
+		}
+		before := r.proxy.trips()
+		lose("payload-one")
+		mustUpsert(t, q, "k", "payload-one", Created, Delay(time.Hour))
+		lose("payload-two")
+		mustUpsert(t, q, "k", "payload-two", Updated, Delay(time.Hour))
+		if item := mustLookup(t, q, "k"); item.Updates != 1 || string(item.Payload) != "payload-two" {
+			t.Fatalf("LIBRARY BUG: after two upserts whose replies were lost: %+v, want one update", item)
+		}
+		lose(procScriptPatterns(scripts.keyedRunNow)[0])
+		if ok, err := q.RunNow(context.Background(), "k"); !ok || err != nil {
+			t.Fatalf("run now whose reply was lost: %v, %v", ok, err)
+		}
+		lose(procScriptPatterns(scripts.keyedCancel)[0])
+		if ok, err := q.Cancel(context.Background(), "k"); !ok || err != nil {
+			t.Fatalf("LIBRARY BUG: cancel whose reply was lost: %v, %v; want true", ok, err)
+		}
+		if got := r.proxy.trips() - before; got != 4 {
+			t.Fatalf("the proxy lost %d replies, want 4", got)
+		}
+		wantNoKey(t, q, "k")
+		s := mustStats(t, r.admin, "jobs").QueueStats["jobs"]
+		if s.ReadyCount != 0 || s.DelayedCount != 0 || s.KeyedPending != 0 {
+			t.Fatalf("left: %+v", s)
+		}
+	})
+}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Stats is a snapshot of queue counts, read in two round trips.
+// Stats is a snapshot of queue and timer counts, read in two round trips.
 type Stats struct {
 	// QueueStats holds one entry per requested queue.
 	QueueStats map[string]QueueStat `json:"queues"`
@@ -19,6 +19,18 @@ type Stats struct {
 	// the requested queues (publishers, idle workers), with whether their
 	// heartbeat is alive.
 	OtherConnections map[string]bool `json:"otherConnections"`
+	// TimerStats holds one entry per timer set of the namespace (see
+	// OpenTimers); nil when there is none.
+	TimerStats map[string]TimerStat `json:"timers,omitempty"`
+}
+
+// TimerStat holds the counts of one timer set.
+type TimerStat struct {
+	// Pending counts the timers waiting to fire (Set while their key's
+	// fire is handled included).
+	Pending int64 `json:"pending"`
+	// Firing counts the fires taken and not yet acked or released.
+	Firing int64 `json:"firing"`
 }
 
 // QueueStat holds the counts of one queue.
@@ -119,6 +131,10 @@ func (s Stats) String() string {
 			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, activeWord(cs.Active))
 		}
 	}
+	for _, name := range sortedStatsKeys(s.TimerStats) {
+		ts := s.TimerStats[name]
+		fmt.Fprintf(&b, "timers %s: %d pending, %d firing\n", name, ts.Pending, ts.Firing)
+	}
 	others := make([]string, 0, len(s.OtherConnections))
 	for c := range s.OtherConnections {
 		others = append(others, c)
@@ -135,6 +151,23 @@ func activeWord(active bool) string {
 		return "active"
 	}
 	return "dead"
+}
+
+// countsOf reads the reply of a pipelined counts.lua call, running it again
+// on its own when Redis did not know the script.
+func (c *redisConnection) countsOf(ctx context.Context, cmd *redis.Cmd, k queueKeys) ([]int64, error) {
+	v, err := cmd.Result()
+	if isNoScript(err) {
+		v, err = scripts.counts.Run(ctx, c.client, []string{k.ready}, k.prefix).Result()
+	}
+	if err != nil {
+		return nil, err
+	}
+	n, err := int64s(v)
+	if err == nil && len(n) != 7 {
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
+	return n, err
 }
 
 func (c *redisConnection) CollectStats(queueList []string) (Stats, error) {
@@ -162,20 +195,12 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		qc[i] = queueCmds{keys: k, counts: scripts.counts.EvalSha(ctx, pipe, []string{k.ready}, k.prefix), consumers: pipe.HGetAll(ctx, k.consumers)}
 	}
 	members := pipe.SMembers(ctx, c.keys.connections)
+	timerSets := pipe.SMembers(ctx, c.keys.timers)
 	_, err := pipe.Exec(ctx)
 	counts := make([][]int64, len(queueList))
 	for i, q := range qc {
-		v, cerr := q.counts.Result()
-		if isNoScript(cerr) {
-			v, cerr = scripts.counts.Run(ctx, c.client, []string{q.keys.ready}, q.keys.prefix).Result()
-		}
-		if cerr == nil {
-			counts[i], cerr = int64s(v)
-			if cerr == nil && len(counts[i]) != 7 {
-				cerr = fmt.Errorf("unexpected reply %v", v)
-			}
-		}
-		if cerr != nil {
+		var cerr error
+		if counts[i], cerr = c.countsOf(ctx, q.counts, q.keys); cerr != nil {
 			return stats, fmt.Errorf("redq: collect stats: %w", cerr)
 		}
 	}
@@ -183,6 +208,9 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		return stats, fmt.Errorf("redq: collect stats: %w", err)
 	}
 	if err := members.Err(); err != nil {
+		return stats, fmt.Errorf("redq: collect stats: %w", err)
+	}
+	if err := timerSets.Err(); err != nil {
 		return stats, fmt.Errorf("redq: collect stats: %w", err)
 	}
 	for _, q := range qc {
@@ -213,10 +241,26 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for conn := range registered {
 		beat(conn)
 	}
-	if len(beats) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
+	timerKeys := make([]queueKeys, len(timerSets.Val()))
+	timerCounts := make([]*redis.Cmd, len(timerKeys))
+	for i, name := range timerSets.Val() {
+		timerKeys[i] = newQueueKeys(c.opts.namespace, timerTag+name)
+		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, []string{timerKeys[i].ready}, timerKeys[i].prefix)
+	}
+	if len(beats)+len(timerCounts) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
 			return stats, fmt.Errorf("redq: collect stats: %w", err)
 		}
+	}
+	if len(timerCounts) > 0 {
+		stats.TimerStats = map[string]TimerStat{}
+	}
+	for i, name := range timerSets.Val() {
+		n, err := c.countsOf(ctx, timerCounts[i], timerKeys[i])
+		if err != nil {
+			return stats, fmt.Errorf("redq: collect stats: %w", err)
+		}
+		stats.TimerStats[name] = TimerStat{Pending: n[4] + n[6], Firing: n[5]}
 	}
 	alive := func(conn string) bool { return registered[conn] && beats[conn].Val() == 1 }
 	seen := map[string]bool{}

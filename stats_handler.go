@@ -28,7 +28,8 @@ const (
 //
 // Keyed items (Upsert) add a cell per queue with the keys pending, running
 // and parked, and the JSON carries keyedPending, keyedRunning and
-// keyedParked.
+// keyedParked; timer sets (OpenTimers) get a table of their own, with
+// pending and firing ("timers" in the JSON).
 //
 // Ready counts every priority; delayed counts deliveries waiting for their
 // due time (Delay, At, Release with a delay); expired counts deliveries
@@ -143,6 +144,12 @@ type statsPage struct {
 	Queues       []statsQueueRow
 	Others       []statsConnRow
 	OthersDead   int
+	Timers       []statsTimerRow
+}
+
+type statsTimerRow struct {
+	Name            string
+	Pending, Firing int64
 }
 
 type statsQueueRow struct {
@@ -200,6 +207,10 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 			row.Conns = append(row.Conns, statsConnRow{Name: conn, Active: cs.Active, Unacked: cs.UnackedCount, Consumers: cs.ConsumerCount})
 		}
 		p.Queues = append(p.Queues, row)
+	}
+	for _, name := range sortedStatsKeys(s.TimerStats) {
+		ts := s.TimerStats[name]
+		p.Timers = append(p.Timers, statsTimerRow{Name: name, Pending: ts.Pending, Firing: ts.Firing})
 	}
 	for _, conn := range sortedStatsKeys(s.OtherConnections) {
 		active := s.OtherConnections[conn]
@@ -300,6 +311,17 @@ tr.dead { background: #ffebe9; }
 <tbody><tr><td class="empty" colspan="9">No queues have been opened in this namespace yet.</td></tr></tbody>
 {{- end}}
 </table>
+{{- if .Timers}}
+<h2>Timers</h2>
+<table id="timers">
+<thead><tr><th scope="col">timer set</th><th scope="col" title="timers waiting to fire">pending</th><th scope="col" title="fires taken and not yet acked">firing</th></tr></thead>
+<tbody>
+{{- range .Timers}}
+<tr data-timers="{{.Name}}"><th scope="row">{{.Name}}</th><td data-field="pending">{{.Pending}}</td><td data-field="firing">{{.Firing}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
 {{- if .Condensed}}
 <p class="meta">{{len .Others}} other connection{{if ne (len .Others) 1}}s{{end}}{{if .OthersDead}} ({{.OthersDead}} dead){{end}}</p>
 {{- else}}

@@ -558,3 +558,56 @@ func TestHandlerUsesRequestContext(t *testing.T) {
 		}
 	}
 }
+
+// The page and the JSON show per queue the keys pending, running and
+// parked, and per timer set its pending timers and fires.
+func TestHandlerShowsKeyedItemsAndTimers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "page", namespace())
+		q := openQueue(t, c, "jobs")
+		mustUpsert(t, q, "a", "1", Created)
+		mustUpsert(t, q, "b", "2", Created, Delay(time.Hour))
+		d := mustTake(t, q, time.Second)
+		mustUpsert(t, q, d.Key(), "3", Queued)
+		ts := openTimers(t, c, "reminders")
+		if err := ts.Set(context.Background(), "x", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		h := NewHandler(c)
+		_, body := handlerGet(t, h, "/")
+		for field, want := range map[string]string{"keyed-pending": "1", "keyed-running": "1", "keyed-parked": "1"} {
+			re := regexp.MustCompile(`data-field="` + field + `">(\d+)<`)
+			if m := re.FindStringSubmatch(body); m == nil || m[1] != want {
+				t.Errorf("page %s = %v, want %s", field, m, want)
+			}
+		}
+		var timers pageRow
+		for _, r := range parseStatsPage(t, body) {
+			if r.attrs["data-timers"] == "reminders" {
+				timers = r
+			}
+		}
+		timers.wantNumbers(t, "timer set row", map[string]string{"pending": "1", "firing": "0"})
+		_, js := handlerGet(t, h, "/?format=json")
+		var got struct {
+			Queues map[string]struct {
+				KeyedPending int64 `json:"keyedPending"`
+				KeyedRunning int64 `json:"keyedRunning"`
+				KeyedParked  int64 `json:"keyedParked"`
+			} `json:"queues"`
+			Timers map[string]TimerStat `json:"timers"`
+		}
+		if err := json.Unmarshal([]byte(js), &got); err != nil {
+			t.Fatal(err)
+		}
+		if j := got.Queues["jobs"]; j.KeyedPending != 1 || j.KeyedRunning != 1 || j.KeyedParked != 1 {
+			t.Errorf("JSON keyed counts %+v", j)
+		}
+		if got.Timers["reminders"] != (TimerStat{Pending: 1}) {
+			t.Errorf("JSON timers %+v", got.Timers)
+		}
+		if s := mustStats(t, c, "jobs").String(); !strings.Contains(s, "keyed: 1 pending, 1 running, 1 parked") || !strings.Contains(s, "timers reminders: 1 pending, 0 firing") {
+			t.Errorf("text stats:\n%s", s)
+		}
+	})
+}

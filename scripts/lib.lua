@@ -344,13 +344,18 @@ end
 
 -- The running delivery e of key goes back to waiting (released, its lease
 -- lost, its connection dead, handed back by a stop), due at due: it is the
--- key's pending item again, at the front of its line with front. A parked
+-- key's pending item again, at the front of its line with front (then it
+-- keeps the due time it had, which has passed). A parked
 -- successor is merged into it, so that one run follows: with the
 -- successor's payload, headers and options (unless the successor keeps
 -- what exists: KeepExisting), the returned delivery's id and attempts, and
 -- the later of the two due times.
 local function key_returned(P, key, e, now, due, front)
   redis.call('HDEL', P .. ':krun', key)
+  if front then
+    -- handed back without a verdict: still due since when it was
+    due = math.min(due, meta(e)[8])
+  end
   local pk = P .. ':kpark'
   local r = redis.call('HGET', pk, key)
   local s = {0, now, 0, 0, 'A'}

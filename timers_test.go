@@ -1,0 +1,350 @@
+package redq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func openTimers(t testing.TB, c Connection, name string) Timers {
+	t.Helper()
+	ts, err := c.OpenTimers(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// nextFire waits for the next fire within limit.
+func nextFire(t testing.TB, ts Timers, limit time.Duration) Fire {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	f, err := ts.Next(ctx)
+	if err != nil {
+		t.Fatalf("next fire: %v", err)
+	}
+	return f
+}
+
+// noFire asserts that nothing fires within d.
+func noFire(t testing.TB, ts Timers, d time.Duration, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if f, err := ts.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s: fired %v (%v), want nothing", what, f, err)
+	}
+}
+
+func TestTimerFiresAtItsDueTimeByRedisClock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := newSchedClock(b)
+		c := openT(t, b, "timers", namespace())
+		ts := openTimers(t, c, "reminders")
+		ctx := context.Background()
+		set := time.Now()
+		if err := ts.Set(ctx, "invoice-7", 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		due, err := ts.Lookup(ctx, "invoice-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.mini != nil && !due.Equal(clock.now.Add(300*time.Millisecond)) {
+			t.Fatalf("due %v, want %v", due, clock.now.Add(300*time.Millisecond))
+		}
+		if b.mini != nil {
+			noFire(t, ts, 200*time.Millisecond, "before the due time")
+			clock.skip(300 * time.Millisecond)
+		}
+		f := nextFire(t, ts, 5*time.Second)
+		if f.Key() != "invoice-7" || !f.Due().Equal(due) {
+			t.Fatalf("fire %q due %v, want invoice-7 due %v", f.Key(), f.Due(), due)
+		}
+		if b.mini == nil {
+			if late := time.Since(f.Due()); late > 200*time.Millisecond || time.Since(set) < 300*time.Millisecond {
+				t.Fatalf("fired %v after its due time, %v after the Set", late, time.Since(set))
+			}
+		}
+		if _, err := ts.Lookup(ctx, "invoice-7"); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("lookup of a firing timer: %v, want ErrorNotFound", err)
+		}
+		if err := f.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Ack(ctx); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("second ack: %v", err)
+		}
+	})
+}
+
+func TestTimerSetCreateCancelAndLookup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := newSchedClock(b)
+		c := openT(t, b, "timers", namespace())
+		ts := openTimers(t, c, "t")
+		ctx := context.Background()
+		if ok, err := ts.Create(ctx, "a", time.Hour); !ok || err != nil {
+			t.Fatalf("create: %v, %v", ok, err)
+		}
+		if ok, err := ts.Create(ctx, "a", time.Millisecond); ok || err != nil {
+			t.Fatalf("create of a pending timer: %v, %v", ok, err)
+		}
+		if err := ts.Set(ctx, "a", 200*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.SetAt(ctx, "b", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := ts.Cancel(ctx, "b"); !ok || err != nil {
+			t.Fatalf("cancel: %v, %v", ok, err)
+		}
+		if ok, err := ts.Cancel(ctx, "b"); ok || err != nil {
+			t.Fatalf("cancel again: %v, %v", ok, err)
+		}
+		if _, err := ts.Lookup(ctx, "b"); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("lookup of a cancelled timer: %v", err)
+		}
+		clock.skip(200 * time.Millisecond)
+		f := nextFire(t, ts, 5*time.Second)
+		if f.Key() != "a" {
+			t.Fatalf("fired %q", f.Key())
+		}
+		if err := f.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noFire(t, ts, 150*time.Millisecond, "after the only timer fired and the other was cancelled")
+		s := mustStats(t, c).TimerStats["t"]
+		if s != (TimerStat{}) {
+			t.Fatalf("stats %+v, want none pending or firing", s)
+		}
+	})
+}
+
+// A timer Set again while its fire is handled is a new timer: the old
+// fire's Ack does not remove it, and it fires at its own time.
+func TestSetWhileFiringSurvivesTheOldAck(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "timers", namespace())
+		ts := openTimers(t, c, "t")
+		ctx := context.Background()
+		if err := ts.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		f1 := nextFire(t, ts, 5*time.Second)
+		if err := ts.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := ts.Create(ctx, "k", 0); ok || err != nil {
+			t.Fatalf("create while a new timer is pending: %v, %v", ok, err)
+		}
+		if s := mustStats(t, c).TimerStats["t"]; s != (TimerStat{Pending: 1, Firing: 1}) {
+			t.Fatalf("stats while firing %+v", s)
+		}
+		noFire(t, ts, 100*time.Millisecond, "a second fire of the key while the first is handled")
+		if err := f1.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f2 := nextFire(t, ts, 5*time.Second)
+		if f2.Key() != "k" {
+			t.Fatalf("fired %q", f2.Key())
+		}
+		if err := f2.Release(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		f3 := nextFire(t, ts, 5*time.Second)
+		if err := f3.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noFire(t, ts, 100*time.Millisecond, "after the last ack")
+	})
+}
+
+// A fire taken by a connection that dies fires again once a cleaner ran,
+// to another connection; cancelling before the due time means no fire.
+func TestFireOfADeadConnectionFiresAgain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		dying := openT(t, b, "dying", ns)
+		alive := openT(t, b, "alive", ns)
+		ctx := context.Background()
+		tsDying := openTimers(t, dying, "t")
+		tsAlive := openTimers(t, alive, "t")
+		if err := tsAlive.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := tsAlive.Set(ctx, "cancelled", 200*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		f := nextFire(t, tsDying, 5*time.Second)
+		if _, err := tsAlive.Cancel(ctx, "cancelled"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.Del(ctx, dying.keys.heartbeat(dying.name)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := NewCleaner(alive).Clean(); err != nil || n != 1 {
+			t.Fatalf("clean: %d, %v", n, err)
+		}
+		again := nextFire(t, tsAlive, 5*time.Second)
+		if again.Key() != "k" || !again.Due().Equal(f.Due()) {
+			t.Fatalf("fired again %q due %v; first %q due %v", again.Key(), again.Due(), f.Key(), f.Due())
+		}
+		if err := f.Ack(ctx); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("the dead connection's ack: %v", err)
+		}
+		if err := again.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+		if b.mini != nil {
+			newSchedClock(b).skip(time.Second)
+		}
+		noFire(t, tsAlive, 150*time.Millisecond, "a cancelled timer")
+	})
+}
+
+// Many timers and several waiting processes on two connections: every
+// timer fires exactly once (no poller races), none before its due time.
+func TestEveryTimerFiresOnceAmongManyWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const n = 300
+		ns := namespace()
+		ctx := context.Background()
+		var sets []Timers
+		for _, tag := range []string{"a", "b"} {
+			sets = append(sets, openTimers(t, openT(t, b, tag, ns), "t"))
+		}
+		for i := 0; i < n; i++ {
+			if err := sets[i%2].Set(ctx, fmt.Sprintf("t%03d", i), time.Duration(i%50)*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		fired := map[string]int{}
+		var wg sync.WaitGroup
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for w := 0; w < 6; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					f, err := sets[w%2].Next(wctx)
+					if err != nil {
+						return
+					}
+					if time.Until(f.Due()) > 5*time.Millisecond {
+						t.Errorf("%s fired %v before its due time", f.Key(), time.Until(f.Due()))
+					}
+					mu.Lock()
+					fired[f.Key()]++
+					mu.Unlock()
+					if err := f.Ack(ctx); err != nil {
+						t.Errorf("ack: %v", err)
+					}
+				}
+			}()
+		}
+		eventually(t, "every timer to fire", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(fired) == n
+		})
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		wg.Wait()
+		for k, times := range fired {
+			if times != 1 {
+				t.Errorf("%s fired %d times", k, times)
+			}
+		}
+	})
+}
+
+func TestBadTimerInputIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "timers", namespace())
+		if _, err := c.OpenTimers("bad name"); !errors.Is(err, ErrorInvalidArgument) {
+			t.Fatalf("bad name: %v", err)
+		}
+		ts := openTimers(t, c, "t")
+		ctx := context.Background()
+		before := schedKeys(t, b, c)
+		for name, err := range map[string]error{
+			"empty key":      ts.Set(ctx, "", time.Second),
+			"long key":       ts.SetAt(ctx, strings.Repeat("k", MaxKeyLength+1), time.Now()),
+			"negative delay": ts.Set(ctx, "k", -time.Second),
+			"far delay":      ts.Set(ctx, "k", MaxDelay+time.Hour),
+			"create empty": func() error {
+				_, err := ts.Create(ctx, "", time.Second)
+				return err
+			}(),
+		} {
+			if !errors.Is(err, ErrorInvalidArgument) {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		schedSameKeys(t, "bad timer input", before, schedKeys(t, b, c))
+	})
+}
+
+// A timer set and a queue of the same name are separate.
+func TestTimerSetAndQueueOfOneNameAreSeparate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "timers", namespace())
+		ctx := context.Background()
+		ts := openTimers(t, c, "x")
+		q := openQueue(t, c, "x")
+		mustUpsert(t, q, "k", "queued", Created)
+		if err := ts.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		if d := mustTake(t, q, time.Second); d.Payload() != "queued" {
+			t.Fatalf("queue took %q", d.Payload())
+		}
+		if f := nextFire(t, ts, time.Second); f.Key() != "k" {
+			t.Fatalf("fired %q", f.Key())
+		}
+	})
+}
+
+func TestTestTimersFollowTheRules(t *testing.T) {
+	ctx := context.Background()
+	ts, err := NewTestConnection().OpenTimers("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := ts.Create(ctx, "a", 20*time.Millisecond); !ok {
+		t.Fatal("create")
+	}
+	if ok, _ := ts.Create(ctx, "a", time.Hour); ok {
+		t.Fatal("create of a pending timer")
+	}
+	if err := ts.Set(ctx, "b", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := ts.Cancel(ctx, "b"); !ok {
+		t.Fatal("cancel")
+	}
+	began := time.Now()
+	f := nextFire(t, ts, time.Second)
+	if f.Key() != "a" || time.Since(began) < 10*time.Millisecond {
+		t.Fatalf("fired %q after %v", f.Key(), time.Since(began))
+	}
+	if err := f.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Ack(ctx); !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("second ack: %v", err)
+	}
+	if err := ts.Set(ctx, "", 0); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("empty key: %v", err)
+	}
+	noFire(t, ts, 30*time.Millisecond, "nothing pending")
+}
