@@ -9,7 +9,7 @@ while #out < n do
   for _, e in ipairs(items) do
     if string.byte(e, 1) == 5 and string.match(e, '^\5%d%d+:') then
       -- a keyed item's stub: the item, unless the stub is stale
-      e = take_stub(P, e)
+      e = keyed().take_stub(P, e)
     end
     if e and e ~= MARKER then
       out[#out + 1] = e

@@ -86,11 +86,11 @@ for i = 1, #items do
     local b = string.byte(e, 1)
     if b == 5 and string.match(e, '^\5%d%d+:') then
       -- a keyed item's stub: take the item it stands for (nil: stale)
-      e, key = take_stub(P, e)
+      e, key = keyed().take_stub(P, e)
     elseif b == 4 and meta(e) then
       -- a keyed envelope in a ready list (copied there by hand): upserted
       -- by its key instead
-      adopt(P, e, now)
+      keyed().adopt(P, e, now)
       e = nil
     elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
       -- pushed by another program without an envelope: wrap it

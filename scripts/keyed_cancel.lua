@@ -12,8 +12,8 @@ end
 local kp = P .. ':kpend'
 local r = redis.call('HGET', kp, key)
 if r then
-  local s, e = parse_rec(r)
-  if redis.call('ZREM', P .. ':delayed', stub(meta(e)[2], s[1], key)) == 0 then
+  local s, e = keyed().parse_rec(r)
+  if redis.call('ZREM', P .. ':delayed', keyed().stub(meta(e)[2], s[1], key)) == 0 then
     -- its stub waits in a ready list: left there, stale
     redis.call('HINCRBY', P .. ':meta', 'kstale', 1)
   end

@@ -15,7 +15,7 @@ else
   r = redis.call('HGET', P .. ':kpend', key)
 end
 if r then
-  local s, e = parse_rec(r)
+  local s, e = keyed().parse_rec(r)
   return {1, running and 1 or 0, e, s[4]}
 end
 if running then

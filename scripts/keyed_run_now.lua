@@ -15,25 +15,25 @@ local kp, pk = P .. ':kpend', P .. ':kpark'
 local r = redis.call('HGET', kp, key)
 out = 0
 if r then
-  local s, e = parse_rec(r)
+  local s, e = keyed().parse_rec(r)
   local m, stop = meta(e)
-  local st = stub(m[2], s[1], key)
+  local st = keyed().stub(m[2], s[1], key)
   if redis.call('ZREM', P .. ':delayed', st) == 1 then
     m[8] = now
     if m[4] > 0 then
       m[5] = now + m[4]
     end
-    redis.call('HSET', kp, key, make_rec(s, with_meta(e, m, stop)))
+    redis.call('HSET', kp, key, keyed().make_rec(s, with_meta(e, m, stop)))
     push_ready(P, m[2], {st}, false)
   end
   out = 1
 else
   r = redis.call('HGET', pk, key)
   if r then
-    local s, e = parse_rec(r)
+    local s, e = keyed().parse_rec(r)
     local m, stop = meta(e)
     m[8] = now
-    redis.call('HSET', pk, key, make_rec(s, with_meta(e, m, stop)))
+    redis.call('HSET', pk, key, keyed().make_rec(s, with_meta(e, m, stop)))
     out = 1
   end
 end

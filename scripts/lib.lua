@@ -164,213 +164,224 @@ end
 -- a ready list cannot (a list is not searchable), so when its item moves
 -- it is left behind as stale (its version no longer matches) and counted
 -- in meta's kstale, and whoever pops it drops it.
--- Outcomes of an upsert (UpsertOutcome in keyed.go).
-local KEYED_CREATED = 1
-local KEYED_UPDATED = 2
-local KEYED_KEPT = 3
-local KEYED_QUEUED = 4
+local keyed_lib = nil
 
-local function parse_rec(r)
-  local v, f, l, u, mode, pos = string.match(r, '^(%d+),(%d+),(%d+),(%d+),(%a);()')
-  return {tonumber(v), tonumber(f), tonumber(l), tonumber(u), mode}, string.sub(r, pos)
-end
+-- The keyed helpers, as the fields of a table made on first use in a call:
+-- a script runs its helpers' definitions on every call, and most calls of
+-- the scripts that know keyed items (fetch, settle, release) never meet
+-- one.
+local function keyed()
+  if keyed_lib then
+    return keyed_lib
+  end
+  local K = {}
+  -- Outcomes of an upsert (UpsertOutcome in keyed.go).
+  K.CREATED, K.UPDATED, K.KEPT, K.QUEUED = 1, 2, 3, 4
 
-local function make_rec(s, e)
-  return s[1] .. ',' .. s[2] .. ',' .. s[3] .. ',' .. s[4] .. ',' .. s[5] .. ';' .. e
-end
+  function K.parse_rec(r)
+    local v, f, l, u, mode, pos = string.match(r, '^(%d+),(%d+),(%d+),(%d+),(%a);()')
+    return {tonumber(v), tonumber(f), tonumber(l), tonumber(u), mode}, string.sub(r, pos)
+  end
 
-local function stub(p, ver, key)
-  return '\5' .. p .. ver .. ':' .. key
-end
+  function K.make_rec(s, e)
+    return s[1] .. ',' .. s[2] .. ',' .. s[3] .. ',' .. s[4] .. ',' .. s[5] .. ';' .. e
+  end
 
--- The key of a keyed envelope.
-local function key_of(e)
-  local m, stop = meta(e)
-  return string.sub(e, stop, stop + m[7] - 1)
-end
+  function K.stub(p, ver, key)
+    return '\5' .. p .. ver .. ':' .. key
+  end
 
--- The envelope of the item a popped stub x stands for, and its key, after
--- taking the item out of the pending records; nil when x is stale (counted
--- off kstale).
-local function take_stub(P, x)
-  local ver, pos = string.match(x, '^\5%d(%d+):()')
-  local key = string.sub(x, pos)
-  local kp = P .. ':kpend'
-  local r = redis.call('HGET', kp, key)
-  if r then
-    local s, e = parse_rec(r)
-    if s[1] == tonumber(ver) then
-      redis.call('HDEL', kp, key)
-      return e, key
+  -- The key of a keyed envelope.
+  function K.key_of(e)
+    local m, stop = meta(e)
+    return string.sub(e, stop, stop + m[7] - 1)
+  end
+
+  -- The envelope of the item a popped stub x stands for, and its key, after
+  -- taking the item out of the pending records; nil when x is stale (counted
+  -- off kstale).
+  function K.take_stub(P, x)
+    local ver, pos = string.match(x, '^\5%d(%d+):()')
+    local key = string.sub(x, pos)
+    local kp = P .. ':kpend'
+    local r = redis.call('HGET', kp, key)
+    if r then
+      local s, e = K.parse_rec(r)
+      if s[1] == tonumber(ver) then
+        redis.call('HDEL', kp, key)
+        return e, key
+      end
+    end
+    redis.call('HINCRBY', P .. ':meta', 'kstale', -1)
+    return nil
+  end
+
+  -- Make the item with state s and envelope e the key's pending item: record
+  -- it under a new stub version and put the stub where it waits (the delayed
+  -- set until its due time, else the back of its priority's ready line, or
+  -- the front with front). Its time to live counts from its due time or now,
+  -- whichever is later.
+  function K.place(P, key, s, e, now, front)
+    local m, stop = meta(e)
+    if m[4] > 0 then
+      m[5] = math.max(m[8], now) + m[4]
+    end
+    s[1] = redis.call('INCR', P .. ':kver')
+    redis.call('HSET', P .. ':kpend', key, K.make_rec(s, with_meta(e, m, stop)))
+    local st = K.stub(m[2], s[1], key)
+    if m[8] > now then
+      schedule(P, st, m[8])
+    else
+      push_ready(P, m[2], {st}, front)
     end
   end
-  redis.call('HINCRBY', P .. ':meta', 'kstale', -1)
-  return nil
-end
 
--- Make the item with state s and envelope e the key's pending item: record
--- it under a new stub version and put the stub where it waits (the delayed
--- set until its due time, else the back of its priority's ready line, or
--- the front with front). Its time to live counts from its due time or now,
--- whichever is later.
-local function place(P, key, s, e, now, front)
-  local m, stop = meta(e)
-  if m[4] > 0 then
-    m[5] = math.max(m[8], now) + m[4]
+  -- The latest due time for an item of state s given an upsert's MaxWait
+  -- (ms, 0: none): the earlier of what it allowed before and first + maxwait.
+  function K.limit_of(s, maxwait)
+    if maxwait > 0 and (s[3] == 0 or s[2] + maxwait < s[3]) then
+      return s[2] + maxwait
+    end
+    return s[3]
   end
-  s[1] = redis.call('INCR', P .. ':kver')
-  redis.call('HSET', P .. ':kpend', key, make_rec(s, with_meta(e, m, stop)))
-  local st = stub(m[2], s[1], key)
-  if m[8] > now then
-    schedule(P, st, m[8])
-  else
-    push_ready(P, m[2], {st}, front)
-  end
-end
 
--- The latest due time for an item of state s given an upsert's MaxWait
--- (ms, 0: none): the earlier of what it allowed before and first + maxwait.
-local function limit_of(s, maxwait)
-  if maxwait > 0 and (s[3] == 0 or s[2] + maxwait < s[3]) then
-    return s[2] + maxwait
+  -- The envelope new with the id and attempts of old and due time due.
+  function K.merged(old, new, due)
+    local om = meta(old)
+    local e = string.sub(old, 1, IDLEN + 1) .. string.sub(new, IDLEN + 2)
+    local m, stop = meta(e)
+    m[1], m[8] = om[1], due
+    return with_meta(e, m, stop)
   end
-  return s[3]
-end
 
--- The envelope new with the id and attempts of old and due time due.
-local function merged(old, new, due)
-  local om = meta(old)
-  local e = string.sub(old, 1, IDLEN + 1) .. string.sub(new, IDLEN + 2)
-  local m, stop = meta(e)
-  m[1], m[8] = om[1], due
-  return with_meta(e, m, stop)
-end
-
--- Upsert keyed envelope e (its id is used when it creates an item) with
--- OnExisting mode ('A' ReplaceAll, 'P' ReplacePayload, 'K' KeepExisting),
--- due time due and MaxWait maxwait (ms, 0: none). Returns the outcome.
-local function key_upsert(P, key, e, mode, due, maxwait, now)
-  local kp, pk = P .. ':kpend', P .. ':kpark'
-  local r = redis.call('HGET', kp, key)
-  local running = false
-  if not r then
-    r = redis.call('HGET', pk, key)
-    running = r or redis.call('HEXISTS', P .. ':krun', key) == 1
-  end
-  if not r then
-    -- a new item: pending, or parked behind the running delivery
-    local s = {0, now, 0, 0, mode}
-    s[3] = limit_of(s, maxwait)
+  -- Upsert keyed envelope e (its id is used when it creates an item) with
+  -- OnExisting mode ('A' ReplaceAll, 'P' ReplacePayload, 'K' KeepExisting),
+  -- due time due and MaxWait maxwait (ms, 0: none). Returns the outcome.
+  function K.key_upsert(P, key, e, mode, due, maxwait, now)
+    local kp, pk = P .. ':kpend', P .. ':kpark'
+    local r = redis.call('HGET', kp, key)
+    local running = false
+    if not r then
+      r = redis.call('HGET', pk, key)
+      running = r or redis.call('HEXISTS', P .. ':krun', key) == 1
+    end
+    if not r then
+      -- a new item: pending, or parked behind the running delivery
+      local s = {0, now, 0, 0, mode}
+      s[3] = K.limit_of(s, maxwait)
+      if s[3] > 0 and due > s[3] then
+        due = s[3]
+      end
+      local m, stop = meta(e)
+      m[8] = due
+      e = with_meta(e, m, stop)
+      if running then
+        redis.call('HSET', pk, key, K.make_rec(s, e))
+        return K.QUEUED
+      end
+      K.place(P, key, s, e, now, false)
+      return K.CREATED
+    end
+    local s, old = K.parse_rec(r)
+    s[4] = s[4] + 1
+    local om = meta(old)
+    if mode == 'K' then
+      redis.call('HSET', running and pk or kp, key, K.make_rec(s, old))
+      return K.KEPT
+    end
+    if mode == 'P' then
+      due = om[8]
+    end
+    s[3] = K.limit_of(s, maxwait)
     if s[3] > 0 and due > s[3] then
       due = s[3]
     end
+    local ne = K.merged(old, e, due)
+    if running then
+      redis.call('HSET', pk, key, K.make_rec(s, ne))
+      return K.QUEUED
+    end
+    local nm = meta(ne)
+    local dk = P .. ':delayed'
+    local ost = K.stub(om[2], s[1], key)
+    local delayed = redis.call('ZSCORE', dk, ost)
+    if nm[2] == om[2] and (delayed or due <= now) then
+      if delayed and due > now then
+        schedule(P, ost, due)
+      elseif delayed then
+        redis.call('ZREM', dk, ost)
+        push_ready(P, nm[2], {ost}, false)
+      end
+      -- it stays under its stub; its time to live restarts
+      local m, stop = meta(ne)
+      if m[4] > 0 then
+        m[5] = math.max(due, now) + m[4]
+      end
+      redis.call('HSET', kp, key, K.make_rec(s, with_meta(ne, m, stop)))
+      return K.UPDATED
+    end
+    if delayed then
+      redis.call('ZREM', dk, ost)
+    else
+      redis.call('HINCRBY', P .. ':meta', 'kstale', 1)
+    end
+    K.place(P, key, s, ne, now, false)
+    return K.UPDATED
+  end
+
+  -- A keyed envelope that arrives from outside the key's records (returned
+  -- from rejected, pushed from another queue) is upserted by its key,
+  -- ReplaceAll and due now.
+  function K.adopt(P, e, now)
+    return K.key_upsert(P, K.key_of(e), e, 'A', now, 0, now)
+  end
+
+  -- The running delivery of key was settled for good (acked, rejected,
+  -- pushed on): a parked successor becomes the pending item, due at its own
+  -- due time or now, whichever is later.
+  function K.key_settled(P, key, now)
+    redis.call('HDEL', P .. ':krun', key)
+    local pk = P .. ':kpark'
+    local r = redis.call('HGET', pk, key)
+    if r then
+      redis.call('HDEL', pk, key)
+      local s, e = K.parse_rec(r)
+      K.place(P, key, s, e, now, false)
+    end
+  end
+
+  -- The running delivery e of key goes back to waiting (released, its lease
+  -- lost, its connection dead, handed back by a stop), due at due: it is the
+  -- key's pending item again, at the front of its line with front (then it
+  -- keeps the due time it had, which has passed). A parked
+  -- successor is merged into it, so that one run follows: with the
+  -- successor's payload, headers and options (unless the successor keeps
+  -- what exists: KeepExisting), the returned delivery's id and attempts, and
+  -- the later of the two due times.
+  function K.key_returned(P, key, e, now, due, front)
+    redis.call('HDEL', P .. ':krun', key)
+    if front then
+      -- handed back without a verdict: still due since when it was
+      due = math.min(due, meta(e)[8])
+    end
+    local pk = P .. ':kpark'
+    local r = redis.call('HGET', pk, key)
+    local s = {0, now, 0, 0, 'A'}
+    if r then
+      redis.call('HDEL', pk, key)
+      local pe
+      s, pe = K.parse_rec(r)
+      due = math.max(due, meta(pe)[8])
+      if s[5] ~= 'K' then
+        e = K.merged(e, pe, due)
+      end
+    end
     local m, stop = meta(e)
     m[8] = due
-    e = with_meta(e, m, stop)
-    if running then
-      redis.call('HSET', pk, key, make_rec(s, e))
-      return KEYED_QUEUED
-    end
-    place(P, key, s, e, now, false)
-    return KEYED_CREATED
+    K.place(P, key, s, with_meta(e, m, stop), now, front)
   end
-  local s, old = parse_rec(r)
-  s[4] = s[4] + 1
-  local om = meta(old)
-  if mode == 'K' then
-    redis.call('HSET', running and pk or kp, key, make_rec(s, old))
-    return KEYED_KEPT
-  end
-  if mode == 'P' then
-    due = om[8]
-  end
-  s[3] = limit_of(s, maxwait)
-  if s[3] > 0 and due > s[3] then
-    due = s[3]
-  end
-  local ne = merged(old, e, due)
-  if running then
-    redis.call('HSET', pk, key, make_rec(s, ne))
-    return KEYED_QUEUED
-  end
-  local nm = meta(ne)
-  local dk = P .. ':delayed'
-  local ost = stub(om[2], s[1], key)
-  local delayed = redis.call('ZSCORE', dk, ost)
-  if nm[2] == om[2] and (delayed or due <= now) then
-    if delayed and due > now then
-      schedule(P, ost, due)
-    elseif delayed then
-      redis.call('ZREM', dk, ost)
-      push_ready(P, nm[2], {ost}, false)
-    end
-    -- it stays under its stub; its time to live restarts
-    local m, stop = meta(ne)
-    if m[4] > 0 then
-      m[5] = math.max(due, now) + m[4]
-    end
-    redis.call('HSET', kp, key, make_rec(s, with_meta(ne, m, stop)))
-    return KEYED_UPDATED
-  end
-  if delayed then
-    redis.call('ZREM', dk, ost)
-  else
-    redis.call('HINCRBY', P .. ':meta', 'kstale', 1)
-  end
-  place(P, key, s, ne, now, false)
-  return KEYED_UPDATED
-end
-
--- A keyed envelope that arrives from outside the key's records (returned
--- from rejected, pushed from another queue) is upserted by its key,
--- ReplaceAll and due now.
-local function adopt(P, e, now)
-  return key_upsert(P, key_of(e), e, 'A', now, 0, now)
-end
-
--- The running delivery of key was settled for good (acked, rejected,
--- pushed on): a parked successor becomes the pending item, due at its own
--- due time or now, whichever is later.
-local function key_settled(P, key, now)
-  redis.call('HDEL', P .. ':krun', key)
-  local pk = P .. ':kpark'
-  local r = redis.call('HGET', pk, key)
-  if r then
-    redis.call('HDEL', pk, key)
-    local s, e = parse_rec(r)
-    place(P, key, s, e, now, false)
-  end
-end
-
--- The running delivery e of key goes back to waiting (released, its lease
--- lost, its connection dead, handed back by a stop), due at due: it is the
--- key's pending item again, at the front of its line with front (then it
--- keeps the due time it had, which has passed). A parked
--- successor is merged into it, so that one run follows: with the
--- successor's payload, headers and options (unless the successor keeps
--- what exists: KeepExisting), the returned delivery's id and attempts, and
--- the later of the two due times.
-local function key_returned(P, key, e, now, due, front)
-  redis.call('HDEL', P .. ':krun', key)
-  if front then
-    -- handed back without a verdict: still due since when it was
-    due = math.min(due, meta(e)[8])
-  end
-  local pk = P .. ':kpark'
-  local r = redis.call('HGET', pk, key)
-  local s = {0, now, 0, 0, 'A'}
-  if r then
-    redis.call('HDEL', pk, key)
-    local pe
-    s, pe = parse_rec(r)
-    due = math.max(due, meta(pe)[8])
-    if s[5] ~= 'K' then
-      e = merged(e, pe, due)
-    end
-  end
-  local m, stop = meta(e)
-  m[8] = due
-  place(P, key, s, with_meta(e, m, stop), now, front)
+  keyed_lib = K
+  return K
 end
 
 -- Whether the take named by field is of a keyed item: its field ends with
@@ -560,7 +571,7 @@ local function expire_leases(P, now, max)
         local p
         e, p = again(e, now)
         if is_keyed_take(fields[i]) then
-          key_returned(P, key_of(e), e, now, now, true)
+          keyed().key_returned(P, keyed().key_of(e), e, now, now, true)
         else
           add_level(groups, p, e)
         end
@@ -621,14 +632,14 @@ local function drop_expired(P, now, max)
         local ver, k = string.match(e, '^\5%d(%d+):(.*)$')
         local r = redis.call('HGET', P .. ':kpend', k)
         if r then
-          local s, ke = parse_rec(r)
+          local s, ke = keyed().parse_rec(r)
           local m = meta(ke)
           if s[1] == tonumber(ver) and not (m[5] > 0 and m[5] <= now) then
             break
           end
         end
         redis.call('RPOP', key)
-        local item = take_stub(P, e)
+        local item = keyed().take_stub(P, e)
         if item then
           expire(P, item)
           dropped = dropped + 1

@@ -30,8 +30,8 @@ if string.find(what, 'r', 1, true) then
       cursor = res[1]
       local kv = res[2]
       for i = 1, #kv, 2 do
-        local s, e = parse_rec(kv[i + 1])
-        if not redis.call('ZSCORE', P .. ':delayed', stub(meta(e)[2], s[1], kv[i])) then
+        local s, e = keyed().parse_rec(kv[i + 1])
+        if not redis.call('ZSCORE', P .. ':delayed', keyed().stub(meta(e)[2], s[1], kv[i])) then
           redis.call('HDEL', kp, kv[i])
         end
       end

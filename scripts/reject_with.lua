@@ -12,6 +12,6 @@ if not e then
 end
 redis.call('LPUSH', P .. ':rejected', ARGV[5])
 if is_keyed_take(ARGV[3]) then
-  key_settled(P, key_of(e), now_ms())
+  keyed().key_settled(P, keyed().key_of(e), now_ms())
 end
 return {1, 1}

@@ -17,7 +17,7 @@ local now = now_ms()
 local p
 e, p = again(e, now)
 if is_keyed_take(ARGV[3]) then
-  key_returned(P, key_of(e), e, now, now + delay, false)
+  keyed().key_returned(P, keyed().key_of(e), e, now, now + delay, false)
 elseif delay > 0 then
   schedule(P, e, now + delay)
 else

@@ -25,7 +25,7 @@ for _, e in ipairs(items) do
   end
   if string.byte(e, 1) == 4 and m then
     -- a keyed delivery: upserted by its key
-    adopt(P, e, now)
+    keyed().adopt(P, e, now)
   else
     add_level(groups, p, e)
   end

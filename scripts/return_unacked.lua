@@ -37,7 +37,7 @@ if #fields > 0 then
     local p
     e, p = again(e, now)
     if is_keyed_take(fields[i]) then
-      key_returned(P, key_of(e), e, now, now, true)
+      keyed().key_returned(P, keyed().key_of(e), e, now, now, true)
     else
       add_level(groups, p, e)
     end

@@ -59,8 +59,8 @@ local out, flags, groups = {1}, {}, {}
 local now = nil
 for i = 6, #ARGV do
   local f, done = ARGV[i], 0
-  local keyed = is_keyed_take(f)
-  if mode == 'A' and not keyed then
+  local kt = is_keyed_take(f)
+  if mode == 'A' and not kt then
     done = redis.call('HDEL', uk, f)
     if done == 0 then
       done = lost(P, conn, f)
@@ -71,20 +71,20 @@ for i = 6, #ARGV do
     if e then
       redis.call('HDEL', uk, f)
       now = now or now_ms()
-      if keyed then
-        local key = key_of(e)
+      if kt then
+        local key = keyed().key_of(e)
         if mode == 'R' then
-          key_returned(P, key, e, now, now, true)
+          keyed().key_returned(P, key, e, now, now, true)
         else
           if mode == 'L' then
             if string.sub(KEYS[2], -6) == ':ready' then
               -- pushed on: upserted into the other queue by its key
-              adopt(string.sub(KEYS[2], 1, -7), e, now)
+              keyed().adopt(string.sub(KEYS[2], 1, -7), e, now)
             else
               redis.call('LPUSH', KEYS[2], e)
             end
           end
-          key_settled(P, key, now)
+          keyed().key_settled(P, key, now)
         end
       else
         -- handed back or pushed on: it waits in a ready list again, so its

@@ -22,6 +22,6 @@ local due = now + tonumber(ARGV[5])
 if tonumber(ARGV[6]) > 0 then
   due = tonumber(ARGV[6])
 end
-out = key_upsert(P, ARGV[3], ARGV[8], ARGV[4], due, tonumber(ARGV[7]), now)
+out = keyed().key_upsert(P, ARGV[3], ARGV[8], ARGV[4], due, tonumber(ARGV[7]), now)
 remember(KEYS[2], token, out)
 return out
