@@ -109,8 +109,8 @@ type pendingResult struct {
 }
 
 // flush sends the batch's calls: one script call per queue, mode and
-// destination (and per chunk of fetchChunk ids), each under a field of its
-// own, all under one token.
+// destination (and per chunk of fetchChunk ids), each under a field and a
+// token of its own.
 func (c *committer) flush(_ int, batch []*settleRequest) {
 	type callKey struct {
 		q          *redisQueue
@@ -152,10 +152,12 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 	if len(calls) == 0 {
 		return
 	}
-	token := c.conn.nextToken()
 	rcs := make([]*remembered, len(calls))
 	for i, cl := range calls {
+		// The token is drawn after the field: the previous call under the
+		// field is over, so this token is newer than any it sent.
 		q, field := cl.key.q, c.fields.get()
+		token := c.conn.nextToken()
 		dest := cl.key.dest
 		if dest == "" {
 			dest = q.keys.ready // unused by acks; any key of the queue's slot
@@ -205,9 +207,16 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 	c.conn.sendAll(rcs)
 }
 
-// fieldPool hands out names of fields of a replies hash, reusing those
-// given back, so that the hash has as many fields as calls were ever under
-// way at once.
+// fieldPool hands out names of fields of a replies hash (or of record
+// slots), reusing those given back, so that there are as many as calls
+// were ever under way at once.
+//
+// The scripts refuse a call whose token is older than the one recorded
+// under its field (a late send of a call that is over), so a call must
+// draw its token after it got its field: the previous call under the field
+// gave it back first, and the token counter only grows. A token drawn
+// before the field could be older than the token of a call that took the
+// field meanwhile, and the script would refuse a call that never ran.
 type fieldPool struct {
 	prefix string
 	mu     sync.Mutex

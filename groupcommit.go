@@ -162,12 +162,12 @@ func (b *scriptBatcher) call(ctx context.Context, build func(field, token string
 
 func (b *scriptBatcher) flush(_ int, batch []*batchedCall) {
 	var calls []*remembered
-	token := b.conn.nextToken()
 	for _, r := range batch {
 		if !r.state.CompareAndSwap(requestPending, requestTaken) {
 			continue // withdrawn by its caller
 		}
 		field := b.fields.get()
+		token := b.conn.nextToken() // after the field: see fieldPool
 		r := r
 		calls = append(calls, &remembered{scriptCall: r.build(field, token), deadline: r.deadline,
 			done: func(v any, err error) {

@@ -346,10 +346,10 @@ func (p *publisher) flush(_ int, batch []*publishRequest) {
 	if len(queues) == 0 {
 		return
 	}
-	token := p.conn.nextToken()
 	calls := make([]*remembered, len(queues))
 	for i, q := range queues {
 		field := p.fields.get()
+		token := p.conn.nextToken() // after the field: see fieldPool
 		rs := byQueue[q]
 		var envs []any
 		rc := &remembered{}
