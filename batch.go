@@ -18,8 +18,9 @@ func (f BatchConsumerFunc) Consume(batch Deliveries) { f(batch) }
 
 // Deliveries is a batch. Ack, Reject and Push act on the whole batch in one
 // Redis call per queue and return the errors by index; an empty map means
-// every delivery succeeded.
-type Deliveries []Delivery
+// every delivery succeeded. The errors are rmq's (ErrorNotFound compares
+// with ==); the context forms give the detail as Message.AckContext does.
+type Deliveries []Message
 
 // Payloads returns the payloads in order.
 func (ds Deliveries) Payloads() []string {
@@ -32,34 +33,41 @@ func (ds Deliveries) Payloads() []string {
 
 // Ack acks every delivery. Like Delivery.Ack, it sends its calls again
 // while Redis is unreachable, up to the connection's retry timeout.
-func (ds Deliveries) Ack() map[int]error { return ds.AckContext(context.Background()) }
+func (ds Deliveries) Ack() map[int]error { return rmqErrors(ds.AckContext(context.Background())) }
 
 // Reject rejects every delivery.
-func (ds Deliveries) Reject() map[int]error { return ds.RejectContext(context.Background()) }
+func (ds Deliveries) Reject() map[int]error { return rmqErrors(ds.RejectContext(context.Background())) }
 
 // Push pushes every delivery.
-func (ds Deliveries) Push() map[int]error { return ds.PushContext(context.Background()) }
+func (ds Deliveries) Push() map[int]error { return rmqErrors(ds.PushContext(context.Background())) }
+
+func rmqErrors(errs map[int]error) map[int]error {
+	for i, err := range errs {
+		errs[i] = rmqError(err)
+	}
+	return errs
+}
 
 // AckContext is Ack with a context.
 func (ds Deliveries) AckContext(ctx context.Context) map[int]error {
-	return ds.each(ctx, "ack", Delivery.AckContext)
+	return ds.each(ctx, "ack", Message.AckContext)
 }
 
 // RejectContext is Reject with a context.
 func (ds Deliveries) RejectContext(ctx context.Context) map[int]error {
-	return ds.each(ctx, "reject", Delivery.RejectContext)
+	return ds.each(ctx, "reject", Message.RejectContext)
 }
 
 // PushContext is Push with a context.
 func (ds Deliveries) PushContext(ctx context.Context) map[int]error {
-	return ds.each(ctx, "push", Delivery.PushContext)
+	return ds.each(ctx, "push", Message.PushContext)
 }
 
 // each groups the Redis deliveries by queue handle and settles each group
 // in one request to the committer (which chunks it); each delivery gets the
 // answer for itself, as its own verb would give. Other Delivery
 // implementations (test doubles) get the single verb.
-func (ds Deliveries) each(ctx context.Context, verb string, single func(Delivery, context.Context) error) map[int]error {
+func (ds Deliveries) each(ctx context.Context, verb string, single func(Message, context.Context) error) map[int]error {
 	errs := map[int]error{}
 	byQueue := map[*redisQueue][]int{}
 	var queues []*redisQueue

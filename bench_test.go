@@ -340,7 +340,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("consumers10-prefetch1000", func(b *testing.B) {
 		benchEndToEnd(b, func(q *redisQueue, ack func(n int, err error)) {
 			for i := 0; i < 10; i++ {
-				if _, err := q.AddConsumerFunc("e2e", func(d Delivery) { ack(1, d.Ack()) }); err != nil {
+				if _, err := q.AddConsumerFunc("e2e", func(dd Delivery) { d := dd.(Message); ack(1, d.Ack()) }); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -433,7 +433,8 @@ func BenchmarkIdleLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	consumed := make(chan time.Time, 1)
-	_, err := q.AddConsumerFunc("latency", func(d Delivery) {
+	_, err := q.AddConsumerFunc("latency", func(dd Delivery) {
+		d := dd.(Message)
 		at := time.Now()
 		if err := d.Ack(); err != nil {
 			b.Error(err)

@@ -71,12 +71,19 @@ func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
 				t.Fatalf("live ack: %v", err)
 			}
 		}
-		// The zombie learns it: its acks fail and say why, its error
+		// The zombie learns it: its acks fail and say why (rmq's Ack with
+		// rmq's bare ErrorNotFound, AckContext with the reason), its error
 		// channel says so, and it stops consuming.
-		for _, d := range held {
-			err := d.Ack()
+		for i, d := range held {
+			if i%2 == 0 {
+				if err := d.Ack(); err != ErrorNotFound {
+					t.Fatalf("zombie ack: got %v, want ErrorNotFound itself, as rmq returns it", err)
+				}
+				continue
+			}
+			err := d.AckContext(context.Background())
 			if !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
-				t.Fatalf("zombie ack: got %v, want ErrorNotFound and ErrorConnectionLost", err)
+				t.Fatalf("zombie AckContext: got %v, want ErrorNotFound and ErrorConnectionLost", err)
 			}
 		}
 		eventually(t, "the zombie stops by itself", dead.isStopped)
@@ -231,12 +238,12 @@ func TestStopConsumingReturnsBufferedDeliveriesInOrder(t *testing.T) {
 		if err := q.StartConsuming(20, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		first, release := make(chan Delivery, 1), make(chan struct{})
+		first, release := make(chan Message, 1), make(chan struct{})
 		defer close(release)
-		if _, err := q.AddConsumerFunc("slow", func(d Delivery) { first <- d; <-release }); err != nil {
+		if _, err := q.AddConsumerFunc("slow", func(dd Delivery) { d := dd.(Message); first <- d; <-release }); err != nil {
 			t.Fatal(err)
 		}
-		ds := []Delivery{<-first}
+		ds := []Message{<-first}
 		eventually(t, "buffer filled", func() bool { return len(q.buf) >= 10 })
 		stopped := q.StopConsuming()
 		release <- struct{}{} // the consumer finishes its current delivery

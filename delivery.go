@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -11,15 +12,44 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Delivery is one message taken from a queue. It lives in the consuming
-// connection's unacked storage in Redis until it is acked, rejected, pushed
-// or released; each verb acts on exactly this delivery, even when other
-// deliveries carry byte-identical payloads.
+// Delivery is one message taken from a queue, as rmq v5 has it: its
+// payload and the three verbs that settle it. Implement it in a mock and
+// it still is a redq Delivery. Every Delivery that redq hands to a
+// Consumer is also a Message (assert it to get the rest: d.(redq.Message))
+// and a WithHeader; AddHandler, Take, TakeBatch and batch consumers hand
+// out Messages directly.
+//
+// A delivery lives in the consuming connection's unacked storage in Redis
+// until it is acked, rejected, pushed or released; each verb acts on
+// exactly this delivery, even when other deliveries carry byte-identical
+// payloads.
 type Delivery interface {
 	// Payload returns the published payload.
 	Payload() string
-	// Header returns the headers the publisher attached (see Header), or nil.
+	// Ack removes the delivery from Redis. nil means it is gone. An error
+	// that is ErrorNotFound (compare with ==, as in rmq) means it was not
+	// this connection's any more: settled already, or returned to ready by
+	// a cleaner (AckContext says which).
+	Ack() error
+	// Reject moves the delivery to the queue's rejected list.
+	Reject() error
+	// Push moves the delivery to the push queue's ready list (see
+	// SetPushQueue), or rejects it when there is no push queue.
+	Push() error
+}
+
+// WithHeader is a Delivery with headers (see Header, PayloadWithHeader);
+// every Delivery that redq hands out is one.
+type WithHeader interface {
+	// Header returns the headers the publisher attached, or nil.
 	Header() http.Header
+}
+
+// Message is a Delivery with redq's verbs and metadata. Every Delivery
+// redq hands out is a Message.
+type Message interface {
+	Delivery
+	WithHeader
 	// ID returns the delivery's id (32 hex digits), unique per publish.
 	ID() string
 	// Attempts returns how many times the delivery has been taken, this
@@ -31,18 +61,15 @@ type Delivery interface {
 	PublishedAt() time.Time
 	// Key returns the key of a keyed delivery (see Queue.Upsert), or "".
 	Key() string
-	// Ack removes the delivery from Redis. nil means it is gone.
-	Ack() error
-	// Reject moves the delivery to the queue's rejected list.
-	Reject() error
-	// Push moves the delivery to the push queue's ready list (see
-	// SetPushQueue), or rejects it when there is no push queue.
-	Push() error
-	// AckContext is Ack with a context.
+	// AckContext is Ack with a context, and with the detail of a failure:
+	// an error matching ErrorNotFound also matches ErrorConnectionLost or
+	// ErrorLeaseLost when that is why.
 	AckContext(ctx context.Context) error
-	// RejectContext is Reject with a context.
+	// RejectContext is Reject with a context, and with the detail of a
+	// failure (see AckContext).
 	RejectContext(ctx context.Context) error
-	// PushContext is Push with a context.
+	// PushContext is Push with a context, and with the detail of a failure
+	// (see AckContext).
 	PushContext(ctx context.Context) error
 	// Release hands the delivery back: it becomes ready again after delay
 	// (0: at once, at the back of its priority's line), with its attempt
@@ -55,9 +82,9 @@ type Delivery interface {
 }
 
 // Every verb on a delivery that is no longer this connection's fails with
-// ErrorNotFound; when a lease ran out the error also matches
-// ErrorLeaseLost, and when a cleaner declared the connection dead it also
-// matches ErrorConnectionLost.
+// ErrorNotFound; with the context forms and Release and Touch, the error
+// also matches ErrorLeaseLost when a lease ran out, and
+// ErrorConnectionLost when a cleaner declared the connection dead.
 
 type redisDelivery struct {
 	q       *redisQueue
@@ -117,11 +144,11 @@ func (d *redisDelivery) leaseOver() bool {
 // ErrorNotFound only when it was not, and ErrorOutcomeUnknown,
 // ErrorUnavailable or ErrorWritesRefused when Redis gave no answer.
 
-func (d *redisDelivery) Ack() error { return d.settle(context.Background(), "ack") }
+func (d *redisDelivery) Ack() error { return rmqError(d.settle(context.Background(), "ack")) }
 
-func (d *redisDelivery) Reject() error { return d.settle(context.Background(), "reject") }
+func (d *redisDelivery) Reject() error { return rmqError(d.settle(context.Background(), "reject")) }
 
-func (d *redisDelivery) Push() error { return d.settle(context.Background(), "push") }
+func (d *redisDelivery) Push() error { return rmqError(d.settle(context.Background(), "push")) }
 
 func (d *redisDelivery) AckContext(ctx context.Context) error { return d.settle(ctx, "ack") }
 
@@ -223,4 +250,21 @@ func (c *redisConnection) outcome(verb string, code int64, registered bool) erro
 	default:
 		return fmt.Errorf("redq: %s: %w", verb, ErrorNotFound)
 	}
+}
+
+// rmqError is the error of rmq's verbs (Ack, Reject, Push and a batch's):
+// the bare sentinel where rmq returns one, so that err == ErrorNotFound and
+// err == ErrorConsumingStopped hold as they do in rmq code. A case rmq does
+// not have (a lease that ran out, an outcome Redis did not tell) keeps its
+// detail.
+func rmqError(err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrorLeaseLost):
+		return err
+	case errors.Is(err, ErrorNotFound):
+		return ErrorNotFound
+	case errors.Is(err, ErrorConsumingStopped):
+		return ErrorConsumingStopped
+	}
+	return err
 }

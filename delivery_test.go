@@ -168,7 +168,7 @@ func TestManyConsumersAckEveryDeliveryOnce(t *testing.T) {
 		}
 		acked := make(chan error, n)
 		for i := 0; i < 10; i++ {
-			if _, err := q.AddConsumerFunc("w", func(d Delivery) { acked <- d.Ack() }); err != nil {
+			if _, err := q.AddConsumerFunc("w", func(dd Delivery) { d := dd.(Message); acked <- d.Ack() }); err != nil {
 				t.Fatal(err)
 			}
 		}

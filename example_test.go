@@ -168,7 +168,7 @@ func ExampleQueue_AddHandler() {
 
 	_ = mails.StartConsuming(1, time.Second)
 	attempts := make(chan int)
-	_, _ = mails.AddHandler("sender", func(ctx context.Context, d redq.Delivery) error {
+	_, _ = mails.AddHandler("sender", func(ctx context.Context, d redq.Message) error {
 		attempts <- d.Attempts()
 		return errors.New("mail server down") // nil would ack
 	})

@@ -14,7 +14,7 @@ import (
 // work is done; return an error to have the delivery retried by the
 // queue's retry policy. The handler must not Ack, Reject, Push or Release
 // the delivery itself; it may Touch it to extend its lease.
-type Handler func(ctx context.Context, d Delivery) error
+type Handler func(ctx context.Context, m Message) error
 
 // Headers that a handler's final rejection writes into the rejected
 // delivery, so that an operator can read why it failed.
@@ -62,7 +62,7 @@ func (q *redisQueue) handle1(handler Handler, d *redisDelivery) {
 	err := runHandler(ctx, handler, d)
 	switch {
 	case err == nil:
-		q.finish(d, d.Ack())
+		q.finish(d, d.AckContext(context.Background()))
 	case q.stopCtx.Err() != nil:
 		// Consuming stopped under the handler: hand the delivery back
 		// without counting an attempt, as if it had never been taken.
@@ -79,7 +79,7 @@ func (q *redisQueue) handle1(handler Handler, d *redisDelivery) {
 }
 
 // runHandler calls handler, turning a panic into an error.
-func runHandler(ctx context.Context, handler Handler, d Delivery) (err error) {
+func runHandler(ctx context.Context, handler Handler, d Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())

@@ -61,7 +61,7 @@ type calls struct {
 	ids      []string
 }
 
-func (c *calls) add(d Delivery) {
+func (c *calls) add(d Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.attempts = append(c.attempts, d.Attempts())
@@ -87,7 +87,7 @@ func TestHandlerRetriesWithBackoffThenRejectsWithReason(t *testing.T) {
 		mustPut(t, q, "bad", Header(http.Header{"X-Trace": {"t1"}}))
 		mustPut(t, q, "good")
 		var bad, good calls
-		startHandlers(t, q, 10, 1, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 10, 1, func(ctx context.Context, d Message) error {
 			if d.Payload() == "good" {
 				good.add(d)
 				return nil
@@ -143,7 +143,7 @@ func TestHandlerPanicCountsAsErrorAndConsumerKeepsWorking(t *testing.T) {
 		c := openT(t, b, "worker", namespace())
 		q := openQueueWith(t, c, "jobs", tinyRetries(1))
 		var handled calls
-		startHandlers(t, q, 10, 1, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 10, 1, func(ctx context.Context, d Message) error {
 			if d.Payload() == "bad" {
 				panic("kaboom")
 			}
@@ -181,7 +181,7 @@ func TestHandlerContextEndsWithTheLease(t *testing.T) {
 		q := openQueueWith(t, c, "jobs", tinyRetries(3))
 		var seen calls
 		firstErr := make(chan error, 1)
-		startHandlers(t, q, 1, 1, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 1, 1, func(ctx context.Context, d Message) error {
 			seen.add(d)
 			if d.Attempts() > 1 {
 				return nil
@@ -227,7 +227,7 @@ func TestHandlerTouchKeepsItsContext(t *testing.T) {
 		const ttr = 300 * time.Millisecond
 		result := make(chan error, 1)
 		var seen calls
-		startHandlers(t, q, 1, 1, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 1, 1, func(ctx context.Context, d Message) error {
 			seen.add(d)
 			// Touch every 50ms for twice the TTR: the context lives on.
 			tick := time.NewTicker(50 * time.Millisecond)
@@ -277,7 +277,7 @@ func TestHandlerContextEndsWhenConsumingStopsWithoutCountingAnAttempt(t *testing
 		mustPut(t, q, "leased", TTR(time.Minute))
 		started := make(chan string, 2)
 		ended := make(chan error, 2)
-		startHandlers(t, q, 2, 2, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 2, 2, func(ctx context.Context, d Message) error {
 			started <- d.Payload()
 			select {
 			case <-ctx.Done():
@@ -337,7 +337,7 @@ func TestHandlerRejectsUnrunDeliveryAttemptedTooOften(t *testing.T) {
 
 		q := openQueueWith(t, worker, "jobs", tinyRetries(2))
 		var ran calls
-		startHandlers(t, q, 1, 1, func(ctx context.Context, d Delivery) error {
+		startHandlers(t, q, 1, 1, func(ctx context.Context, d Message) error {
 			ran.add(d)
 			return nil
 		})
@@ -376,7 +376,7 @@ func TestTakeAndConsumersShareOneQueue(t *testing.T) {
 		acked := map[string]int{}
 		byWay := map[string]int{}
 		var failures []error
-		record := func(way string, d Delivery) {
+		record := func(way string, d Message) {
 			err := d.Ack()
 			mu.Lock()
 			defer mu.Unlock()
@@ -427,7 +427,7 @@ func TestTakeAndConsumersShareOneQueue(t *testing.T) {
 		if err := qc.StartConsuming(10, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := qc.AddConsumerFunc("c", func(d Delivery) { record("consumer", d) }); err != nil {
+		if _, err := qc.AddConsumerFunc("c", func(dd Delivery) { d := dd.(Message); record("consumer", d) }); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "every payload acked", done)
@@ -474,7 +474,7 @@ func TestTakeWaitsTimesOutAndStops(t *testing.T) {
 		}
 
 		// A waiting Take returns soon after a publish from elsewhere.
-		got := make(chan Delivery, 1)
+		got := make(chan Message, 1)
 		errs := make(chan error, 1)
 		go func() {
 			d, err := q.Take(ctx, 5*time.Second)

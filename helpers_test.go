@@ -130,29 +130,29 @@ func mustStats(t testing.TB, c Connection, queues ...string) Stats {
 }
 
 // holder is a consumer that keeps its deliveries without settling them.
-type holder struct{ ch chan Delivery }
+type holder struct{ ch chan Message }
 
-func (h holder) Consume(d Delivery) { h.ch <- d }
+func (h holder) Consume(d Delivery) { h.ch <- d.(Message) }
 
 // hold starts consuming q with one consumer that hands every delivery to
 // the test, and returns the first n deliveries.
-func hold(t testing.TB, q Queue, prefetch int64, n int) []Delivery {
+func hold(t testing.TB, q Queue, prefetch int64, n int) []Message {
 	t.Helper()
 	ds, _ := holdMore(t, q, prefetch, n)
 	return ds
 }
 
 // holdMore is hold that also returns the channel later deliveries arrive on.
-func holdMore(t testing.TB, q Queue, prefetch int64, n int) ([]Delivery, <-chan Delivery) {
+func holdMore(t testing.TB, q Queue, prefetch int64, n int) ([]Message, <-chan Message) {
 	t.Helper()
 	if err := q.StartConsuming(prefetch, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	h := holder{ch: make(chan Delivery, 1000+n+int(prefetch))}
+	h := holder{ch: make(chan Message, 1000+n+int(prefetch))}
 	if _, err := q.AddConsumer("holder", h); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]Delivery, 0, n)
+	out := make([]Message, 0, n)
 	timeout := time.After(15 * time.Second)
 	for len(out) < n {
 		select {
@@ -193,7 +193,7 @@ func realOrMini(t testing.TB) redis.UniversalClient {
 // take registers c for q and moves n deliveries into its unacked storage
 // without a consume loop, so a test knows exactly what is held. q must not
 // be consuming.
-func take(t testing.TB, q *redisQueue, n int) []Delivery {
+func take(t testing.TB, q *redisQueue, n int) []Message {
 	t.Helper()
 	ctx := context.Background()
 	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err(); err != nil {
@@ -209,7 +209,7 @@ func take(t testing.TB, q *redisQueue, n int) []Delivery {
 			t.Fatalf("took %d of %d", len(q.buf), n)
 		}
 	}
-	out := make([]Delivery, n)
+	out := make([]Message, n)
 	for i := range out {
 		out[i] = <-q.buf
 	}
@@ -233,7 +233,7 @@ func ackAll(t testing.TB, ds Deliveries) {
 }
 
 // mustTake takes one delivery within timeout or fails the test.
-func mustTake(t testing.TB, q Queue, timeout time.Duration) Delivery {
+func mustTake(t testing.TB, q Queue, timeout time.Duration) Message {
 	t.Helper()
 	d, err := q.Take(context.Background(), timeout)
 	if err != nil {

@@ -320,28 +320,28 @@ func TestReturnedRunningDeliveryMergesWithItsSuccessor(t *testing.T) {
 	ways := []struct {
 		name     string
 		ttr      time.Duration
-		giveBack func(t *testing.T, b backend, q *redisQueue, d Delivery, clock *schedClock)
+		giveBack func(t *testing.T, b backend, q *redisQueue, d Message, clock *schedClock)
 		attempts int
 	}{
-		{"release", 0, func(t *testing.T, _ backend, _ *redisQueue, d Delivery, _ *schedClock) {
+		{"release", 0, func(t *testing.T, _ backend, _ *redisQueue, d Message, _ *schedClock) {
 			if err := d.Release(context.Background(), 0); err != nil {
 				t.Fatal(err)
 			}
 		}, 2},
-		{"release with a delay", 0, func(t *testing.T, _ backend, q *redisQueue, d Delivery, clock *schedClock) {
+		{"release with a delay", 0, func(t *testing.T, _ backend, q *redisQueue, d Message, clock *schedClock) {
 			if err := d.Release(context.Background(), 300*time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
 			schedNothingReady(t, q, "during the release delay")
 			clock.skip(300 * time.Millisecond)
 		}, 2},
-		{"lease lost", 200 * time.Millisecond, func(t *testing.T, _ backend, q *redisQueue, d Delivery, clock *schedClock) {
+		{"lease lost", 200 * time.Millisecond, func(t *testing.T, _ backend, q *redisQueue, d Message, clock *schedClock) {
 			clock.pass(250 * time.Millisecond)
 			if _, err := NewCleaner(q.conn).Clean(); err != nil {
 				t.Fatal(err)
 			}
 		}, 2},
-		{"connection dead", 0, func(t *testing.T, b backend, q *redisQueue, d Delivery, _ *schedClock) {
+		{"connection dead", 0, func(t *testing.T, b backend, q *redisQueue, d Message, _ *schedClock) {
 			if err := b.client.Del(context.Background(), q.conn.keys.heartbeat(q.conn.name)).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -349,7 +349,7 @@ func TestReturnedRunningDeliveryMergesWithItsSuccessor(t *testing.T) {
 				t.Fatalf("clean: %d, %v", n, err)
 			}
 		}, 2},
-		{"handed back by a stop", 0, func(t *testing.T, _ backend, q *redisQueue, d Delivery, _ *schedClock) {
+		{"handed back by a stop", 0, func(t *testing.T, _ backend, q *redisQueue, d Message, _ *schedClock) {
 			rd := d.(*redisDelivery)
 			res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, []string{rd.ref()}, nil)
 			if err != nil || res.codes[0] != codeDone {
@@ -532,7 +532,7 @@ func newKeyedRun(n int) *keyedRun {
 // work runs one delivery: it checks that no other run of its key is under
 // way, works a little, and tells whether to release it (about one in
 // eight) rather than ack it. The run is over before the caller settles.
-func (r *keyedRun) work(t testing.TB, d Delivery) (release bool) {
+func (r *keyedRun) work(t testing.TB, d Message) (release bool) {
 	i, err := strconv.Atoi(strings.TrimPrefix(d.Key(), "key-"))
 	if err != nil {
 		t.Errorf("a delivery of key %q", d.Key())
@@ -588,7 +588,7 @@ func keyedConcurrently(t *testing.T, b backend, kind string) {
 		}
 		q := qi.(*redisQueue)
 		queues = append(queues, q)
-		settle := func(d Delivery) {
+		settle := func(d Message) {
 			if run.work(t, d) {
 				if err := d.Release(context.Background(), 0); err != nil {
 					t.Errorf("release: %v", err)
@@ -608,7 +608,7 @@ func keyedConcurrently(t *testing.T, b backend, kind string) {
 			var err error
 			switch kind {
 			case "consumer":
-				_, err = q.AddConsumerFunc("w", settle)
+				_, err = q.AddConsumerFunc("w", func(d Delivery) { settle(d.(Message)) })
 			case "batch":
 				_, err = q.AddBatchConsumerFunc("w", 4, 5*time.Millisecond, func(ds Deliveries) {
 					var acks Deliveries
@@ -626,7 +626,7 @@ func keyedConcurrently(t *testing.T, b backend, kind string) {
 					}
 				})
 			case "handler":
-				_, err = q.AddHandler("w", func(_ context.Context, d Delivery) error {
+				_, err = q.AddHandler("w", func(_ context.Context, d Message) error {
 					if run.work(t, d) {
 						return errors.New("try again")
 					}

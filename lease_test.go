@@ -105,14 +105,15 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 		// own fetch loop waits for room and cannot take "slow" back.
 		mustPut(t, qh, "slow", TTR(ttr))
 		mustPut(t, qh, "filler")
-		gotSlow := make(chan Delivery, 1)
+		gotSlow := make(chan Message, 1)
 		unblock := make(chan struct{})
 		lateAck := make(chan error, 1)
 		fillerAck := make(chan error, 1)
 		if err := qh.StartConsuming(1, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := qh.AddConsumerFunc("hung", func(d Delivery) {
+		if _, err := qh.AddConsumerFunc("hung", func(dd Delivery) {
+			d := dd.(Message)
 			if d.Payload() != "slow" {
 				fillerAck <- d.Ack()
 				return
@@ -130,7 +131,7 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 				close(unblock)
 			}
 		})
-		var stale Delivery
+		var stale Message
 		select {
 		case stale = <-gotSlow:
 		case <-time.After(5 * time.Second):
@@ -499,7 +500,7 @@ func TestCleanerCountsAnAttemptForDeadConnection(t *testing.T) {
 		}
 		ackAll(t, retaken)
 		for _, d := range held {
-			err := d.Ack()
+			err := d.AckContext(context.Background())
 			if !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
 				t.Fatalf("zombie ack: %v, want ErrorNotFound and ErrorConnectionLost", err)
 			}

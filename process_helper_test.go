@@ -206,7 +206,8 @@ func procChildConsume() int {
 
 	var reserved, confirmed, held atomic.Int64
 	never := make(chan struct{})
-	consume := func(d Delivery) {
+	consume := func(dd Delivery) {
+		d := dd.(Message)
 		if ackLimit >= 0 && reserved.Add(1) > ackLimit {
 			// Keep this delivery unsettled for good.
 			if held.Add(1) == int64(consumers) {
@@ -280,8 +281,9 @@ func procChildZombie() int {
 		return procFail("%v", err)
 	}
 	var mu sync.Mutex
-	var held, late []Delivery
-	consume := func(d Delivery) {
+	var held, late []Message
+	consume := func(dd Delivery) {
+		d := dd.(Message)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(held) < want {
@@ -308,10 +310,10 @@ func procChildZombie() int {
 			continue
 		}
 		mu.Lock()
-		mine := append([]Delivery(nil), held...)
+		mine := append([]Message(nil), held...)
 		mu.Unlock()
 		for _, d := range mine {
-			err := d.Ack()
+			err := d.AckContext(context.Background())
 			msg := "<nil>"
 			if err != nil {
 				msg = err.Error()

@@ -70,10 +70,11 @@ func procChildLeaseHold() int {
 	}
 
 	var mu sync.Mutex
-	var held []Delivery
+	var held []Message
 	late := 0
 	release := make(chan struct{})
-	consume := func(d Delivery) {
+	consume := func(dd Delivery) {
+		d := dd.(Message)
 		mu.Lock()
 		if len(held) < want {
 			held = append(held, d)
@@ -113,7 +114,7 @@ func procChildLeaseHold() int {
 			continue
 		}
 		mu.Lock()
-		mine := append([]Delivery(nil), held...)
+		mine := append([]Message(nil), held...)
 		mu.Unlock()
 		for _, d := range mine {
 			ackResult(d, false)
@@ -152,7 +153,7 @@ type procLeaseRescuer struct {
 	mu        sync.Mutex
 	got       map[string][]procLeaseReceipt
 	acked     map[string]int
-	held      []Delivery
+	held      []Message
 	failures  []string // failed Acks and Touches
 	connErrs  []string // from the error channel
 	stopTouch chan struct{}
@@ -195,7 +196,8 @@ func startProcLeaseRescuer(t *testing.T, client redis.UniversalClient, ns, queue
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		if _, err := q.AddConsumerFunc("rescue", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("rescue", func(dd Delivery) {
+			d := dd.(Message)
 			r.mu.Lock()
 			r.got[d.Payload()] = append(r.got[d.Payload()], procLeaseReceipt{d.Attempts(), time.Now()})
 			if keep[d.Payload()] {
@@ -227,7 +229,7 @@ func startProcLeaseRescuer(t *testing.T, client redis.UniversalClient, ns, queue
 			case <-tick.C:
 			}
 			r.mu.Lock()
-			held := append([]Delivery(nil), r.held...)
+			held := append([]Message(nil), r.held...)
 			r.mu.Unlock()
 			for _, d := range held {
 				if err := d.Touch(context.Background()); err != nil {

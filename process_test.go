@@ -390,7 +390,8 @@ func startProcAcker(t testing.TB, client redis.UniversalClient, ns, queue string
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		if _, err := q.AddConsumerFunc("rescue", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("rescue", func(dd Delivery) {
+			d := dd.(Message)
 			err := d.Ack()
 			a.mu.Lock()
 			defer a.mu.Unlock()
@@ -853,7 +854,8 @@ func procRestartScenario(t *testing.T, how string) {
 		t.Fatal(err)
 	}
 	for i := 0; i < consumers; i++ {
-		if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+			d := dd.(Message)
 			mu.Lock()
 			handed[d.Payload()] = true
 			mu.Unlock()
@@ -1262,7 +1264,8 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		if err := q.StartConsuming(n, 50*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+			d := dd.(Message)
 			if err := d.Ack(); err != nil {
 				t.Errorf("ack %s: %v", d.Payload(), err)
 				return

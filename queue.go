@@ -86,7 +86,7 @@ type Queue interface {
 	// Reject, Push or Release it, and the lease and cleaner rules apply. It
 	// returns ErrorTimeout when nothing became ready in time. Take needs no
 	// StartConsuming and works beside consumers of the same queue.
-	Take(ctx context.Context, timeout time.Duration) (Delivery, error)
+	Take(ctx context.Context, timeout time.Duration) (Message, error)
 	// TakeBatch is Take for up to max deliveries: it returns as soon as at
 	// least one is there, with as many as are ready, up to max.
 	TakeBatch(ctx context.Context, max int64, timeout time.Duration) (Deliveries, error)

@@ -24,7 +24,8 @@ func TestPublishConsumeAck(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var got []string
-		if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+			d := dd.(Message)
 			mu.Lock()
 			got = append(got, d.Payload())
 			mu.Unlock()
@@ -66,8 +67,8 @@ func TestIdleConsumerWakesOnPublishAndStopsAtOnce(t *testing.T) {
 		if err := q.StartConsuming(10, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan Delivery, 1)
-		if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+		got := make(chan Message, 1)
+		if _, err := q.AddConsumerFunc("w", func(dd Delivery) { d := dd.(Message); got <- d }); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond) // let the consumer go idle
@@ -205,7 +206,8 @@ func TestLargePayloadsAreFetchedInSmallerChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := make(chan string, n)
-		if _, err := q.AddConsumerFunc("large", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("large", func(dd Delivery) {
+			d := dd.(Message)
 			if err := d.Ack(); err != nil {
 				t.Error(err)
 			}
@@ -254,7 +256,7 @@ func TestDestroyKeepsForeignIDsUnique(t *testing.T) {
 		if n := b.client.HLen(ctx, q.unackedKey).Val(); n != 2 {
 			t.Fatalf("unacked hash holds %d deliveries, want 2", n)
 		}
-		for _, d := range []Delivery{d1, d2} {
+		for _, d := range []Message{d1, d2} {
 			if err := d.Ack(); err != nil {
 				t.Fatalf("ack %q: %v", d.Payload(), err)
 			}

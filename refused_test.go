@@ -51,7 +51,8 @@ func TestWritesRefusedAreTypedAndConsumingResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 			acked := make(chan string, 100)
-			if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+			if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+				d := dd.(Message)
 				if err := d.Ack(); err != nil {
 					t.Errorf("ack: %v", err)
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +83,7 @@ func (r *faultRig) takeN(t *testing.T, q Queue, n int) Deliveries {
 }
 
 // refPattern is what a request that names the take of d contains.
-func refPattern(d Delivery) string {
+func refPattern(d Message) string {
 	ref := d.(*redisDelivery).ref()
 	return fmt.Sprintf("$%d\r\n%s\r\n", len(ref), ref)
 }
@@ -125,7 +126,7 @@ func TestAckAppliedBeforeACleanIsNotDenied(t *testing.T) {
 				"the connection dead, it returned %v instead of nil", err)
 		}
 		wantCounts(t, r.admin, "jobs", 1, 0, 0)
-		if err := kept.Ack(); !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
+		if err := kept.AckContext(context.Background()); !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
 			t.Fatalf("Ack of the delivery the cleaner returned: %v, want ErrorNotFound and ErrorConnectionLost", err)
 		}
 		wantCounts(t, r.admin, "jobs", 1, 0, 0)
@@ -234,7 +235,7 @@ func TestAckKeepsTryingWhileRedisIsUnreachable(t *testing.T) {
 		if b.mini == nil {
 			realClient(t)
 		}
-		setup := func(t *testing.T, retry time.Duration) (*faultRig, Delivery) {
+		setup := func(t *testing.T, retry time.Duration) (*faultRig, Message) {
 			r := newFaultRig(t, b.client, backendAddr(b), WithHeartbeat(100*time.Millisecond, time.Second),
 				WithHeartbeatErrorLimit(1000), WithRetryTimeout(retry))
 			procPublish(t, openQueue(t, r.admin, "jobs"), []string{"job"})
@@ -423,6 +424,56 @@ func TestKeyedCallsRunOnceWhenTheirReplyIsLost(t *testing.T) {
 		s := mustStats(t, r.admin, "jobs").QueueStats["jobs"]
 		if s.ReadyCount != 0 || s.DelayedCount != 0 || s.KeyedPending != 0 {
 			t.Fatalf("left: %+v", s)
+		}
+	})
+}
+
+// Concurrent calls share record slots (fields) across the two flush slots
+// of a group commit. A call whose token were older than the last token
+// recorded under its field would be refused by the scripts as a late send:
+// a publish silently dropped, an ack answered ErrorNotFound, an upsert
+// answered -1. Many goroutines publishing, acking and upserting at once
+// must never meet that.
+func TestConcurrentCallsAreNeverTakenForLateSends(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const goroutines, each = 32, 150
+		c := openT(t, b, "busy", namespace())
+		q := openQueue(t, c, "jobs")
+		ctx := context.Background()
+		run := func(f func(g, i int) error) {
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines*each)
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < each; i++ {
+						if err := f(g, i); err != nil {
+							errs <- err
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("LIBRARY BUG: %v", err)
+			}
+		}
+		run(func(g, i int) error { return q.Publish(fmt.Sprintf("p%d-%d", g, i)) })
+		wantCounts(t, c, "jobs", goroutines*each, 0, 0)
+		ds := take(t, q, goroutines*each)
+		run(func(g, i int) error { return ds[g*each+i].Ack() })
+		wantCounts(t, c, "jobs", 0, 0, 0)
+		run(func(g, i int) error {
+			out, err := q.Upsert(ctx, fmt.Sprintf("k%d-%d", g, i), nil, Delay(time.Hour))
+			if err == nil && out != Created {
+				err = fmt.Errorf("upsert of a new key: %v", out)
+			}
+			return err
+		})
+		if s := mustStats(t, c, "jobs").QueueStats["jobs"]; s.KeyedPending != goroutines*each {
+			t.Fatalf("LIBRARY BUG: %d keys pending after %d upserts", s.KeyedPending, goroutines*each)
 		}
 	})
 }

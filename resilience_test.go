@@ -54,7 +54,8 @@ func TestConsumersPauseAndResumeWhenRedisComesAndGoes(t *testing.T) {
 			t.Fatal(err)
 		}
 		acked := make(chan string, 100)
-		if _, err := q.AddConsumerFunc("w", func(d Delivery) {
+		if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+			d := dd.(Message)
 			if err := d.Ack(); err != nil {
 				t.Errorf("ack: %v", err)
 			}
@@ -163,8 +164,8 @@ func TestStopHandsBackTheBufferAcrossAnOutage(t *testing.T) {
 		if err := q.StartConsuming(20, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		first, release := make(chan Delivery, 1), make(chan struct{})
-		if _, err := q.AddConsumerFunc("slow", func(d Delivery) { first <- d; <-release }); err != nil {
+		first, release := make(chan Message, 1), make(chan struct{})
+		if _, err := q.AddConsumerFunc("slow", func(dd Delivery) { d := dd.(Message); first <- d; <-release }); err != nil {
 			t.Fatal(err)
 		}
 		held := <-first

@@ -115,7 +115,7 @@ func schedWantStats(t testing.TB, c Connection, queue string, want schedCounts) 
 }
 
 // schedReceive waits up to limit for a delivery from a consumer.
-func schedReceive(t testing.TB, ch <-chan Delivery, limit time.Duration, what string) Delivery {
+func schedReceive(t testing.TB, ch <-chan Message, limit time.Duration, what string) Message {
 	t.Helper()
 	select {
 	case d := <-ch:
@@ -156,13 +156,13 @@ func schedBlockedWaiters(t testing.TB, b backend) map[string]bool {
 // returned channel. It returns once the consumer is blocked on Redis with
 // nothing to do (on miniredis, which polls every 100ms anyway, after a
 // short pause).
-func schedIdleConsumer(t testing.TB, b backend, q Queue) <-chan Delivery {
+func schedIdleConsumer(t testing.TB, b backend, q Queue) <-chan Message {
 	t.Helper()
 	before := schedBlockedWaiters(t, b)
 	if err := q.StartConsuming(10, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan Delivery, 100)
+	ch := make(chan Message, 100)
 	if _, err := q.AddConsumer("idle", holder{ch: ch}); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestIdleConsumerWakesForADeliveryDelayedBeforeItStarted(t *testing.T) {
 		if err := q.StartConsuming(10, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		ch := make(chan Delivery, 10)
+		ch := make(chan Message, 10)
 		if _, err := q.AddConsumer("c", holder{ch: ch}); err != nil {
 			t.Fatal(err)
 		}
@@ -544,7 +544,7 @@ func TestPriorityOrderHoldsForConcurrentPublishers(t *testing.T) {
 			var ds Deliveries
 			var err error
 			if i%3 == 0 {
-				var d Delivery
+				var d Message
 				d, err = q.Take(ctx, 0)
 				ds = Deliveries{d}
 			} else {

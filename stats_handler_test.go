@@ -151,7 +151,7 @@ func newHandlerFixture(t *testing.T, b backend) handlerFixture {
 	if err := other.StartConsuming(10, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	h := holder{ch: make(chan Delivery, 100)}
+	h := holder{ch: make(chan Message, 100)}
 	for range 2 {
 		if _, err := other.AddConsumer("holder", h); err != nil {
 			t.Fatal(err)

@@ -46,7 +46,7 @@ func (s *takeSlots) put(t *takeSlot) {
 // or a stop is noticed within it.
 const takeWaitCap = time.Second
 
-func (q *redisQueue) Take(ctx context.Context, timeout time.Duration) (Delivery, error) {
+func (q *redisQueue) Take(ctx context.Context, timeout time.Duration) (Message, error) {
 	ds, err := q.TakeBatch(ctx, 1, timeout)
 	if err != nil {
 		return nil, err

@@ -387,7 +387,7 @@ func (q *TestQueue) RemoveContext(_ context.Context, payload string, count int64
 func (q *TestQueue) AddHandler(tag string, _ Handler) (string, error) { return tag, nil }
 
 // Take returns ErrorTimeout: a TestQueue holds no deliveries to take.
-func (q *TestQueue) Take(context.Context, time.Duration) (Delivery, error) { return nil, ErrorTimeout }
+func (q *TestQueue) Take(context.Context, time.Duration) (Message, error) { return nil, ErrorTimeout }
 
 // TakeBatch returns ErrorTimeout, like Take.
 func (q *TestQueue) TakeBatch(context.Context, int64, time.Duration) (Deliveries, error) {
@@ -550,10 +550,10 @@ func (d *TestDelivery) settle(s State) error {
 var (
 	_ Connection = TestConnection{}
 	_ Queue      = (*TestQueue)(nil)
-	_ Delivery   = (*TestDelivery)(nil)
+	_ Message    = (*TestDelivery)(nil)
 	_ Connection = (*redisConnection)(nil)
 	_ Queue      = (*redisQueue)(nil)
-	_ Delivery   = (*redisDelivery)(nil)
+	_ Message    = (*redisDelivery)(nil)
 )
 
 // TestTimers is an in-memory Timers by the local clock, for unit tests of

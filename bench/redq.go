@@ -643,7 +643,7 @@ func (s *redqSystem) Queued(ctx context.Context, e *env, depth, k int) (time.Dur
 type redqHold struct {
 	mu         sync.Mutex
 	held, k    int
-	kept       []redq.Delivery
+	kept       []redq.Message
 	allHeld    time.Time // when the last held delivery was taken
 	acks       []time.Time
 	heldDone   chan struct{}
@@ -664,7 +664,7 @@ func newRedqHold(held, k int) *redqHold {
 }
 
 // keep stores a held delivery.
-func (h *redqHold) keep(d redq.Delivery) {
+func (h *redqHold) keep(d redq.Message) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.kept = append(h.kept, d)
@@ -675,10 +675,10 @@ func (h *redqHold) keep(d redq.Delivery) {
 }
 
 // heldDeliveries returns the held deliveries taken so far.
-func (h *redqHold) heldDeliveries() []redq.Delivery {
+func (h *redqHold) heldDeliveries() []redq.Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]redq.Delivery(nil), h.kept...)
+	return append([]redq.Message(nil), h.kept...)
 }
 
 // acked notes one other delivery acked now.
@@ -732,7 +732,7 @@ func (s *redqSystem) Unacked(ctx context.Context, e *env, held, k int) (time.Dur
 	tl, h := newTally(held+k), newRedqHold(held, k)
 	consumer := func(d redq.Delivery) {
 		if seq, _, ok := parsePayload([]byte(d.Payload())); ok && seq < held {
-			h.keep(d)
+			h.keep(d.(redq.Message))
 			return
 		}
 		if err := d.Ack(); err != nil {
@@ -787,7 +787,7 @@ func (r *redqRun) waitHold(ctx context.Context, h *redqHold, limit time.Duration
 
 // ackHeld acks the held deliveries, redqChunk per Deliveries.Ack call, and
 // records them in tl.
-func ackHeld(kept []redq.Delivery, tl *tally) error {
+func ackHeld(kept []redq.Message, tl *tally) error {
 	for len(kept) > 0 {
 		chunk := redq.Deliveries(kept[:min(len(kept), redqChunk)])
 		kept = kept[len(chunk):]

@@ -256,9 +256,9 @@ func (s *redqSystem) ExpiredLeases(ctx context.Context, e *env, n int) (time.Dur
 // takeAll takes n deliveries from q with TakeBatch, redqChunk per call,
 // checks that each payload 0..n-1 came exactly once and that taking took
 // less than ttr, and returns them and the time the last take returned.
-func takeAll(ctx context.Context, q redq.Queue, n int, ttr time.Duration) ([]redq.Delivery, time.Time, error) {
+func takeAll(ctx context.Context, q redq.Queue, n int, ttr time.Duration) ([]redq.Message, time.Time, error) {
 	tl := newTally(n)
-	held := make([]redq.Delivery, 0, n)
+	held := make([]redq.Message, 0, n)
 	start := time.Now()
 	for len(held) < n {
 		ds, err := q.TakeBatch(ctx, int64(min(redqChunk, n-len(held))), 0)

@@ -84,7 +84,7 @@ func (l *eventLog) write(line string) {
 }
 
 // take logs an event of one take: kind, id, payload, more, attempt.
-func (l *eventLog) take(kind string, d redq.Delivery, more string) {
+func (l *eventLog) take(kind string, d redq.Message, more string) {
 	l.write(kind + " " + d.ID() + " " + d.Payload() + " " + more + strconv.Itoa(d.Attempts()) + "\n")
 }
 
@@ -149,9 +149,10 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 		rng := rand.New(rand.NewPCG(c.seed, uint64(i)))
 		err = retryFor(ctx, 30*time.Second, func() error {
 			_, err := q.AddConsumerFunc("single", func(d redq.Delivery) {
-				w.log.take(lineGot, d, "")
+				m := d.(redq.Message)
+				w.log.take(lineGot, m, "")
 				w.work(rng)
-				w.ack(d)
+				w.ack(m)
 			})
 			return err
 		})
@@ -296,10 +297,11 @@ func (w *soakWorker) work(rng *rand.Rand) {
 	}
 }
 
-// ack acks one delivery and logs what happened.
-func (w *soakWorker) ack(d redq.Delivery) {
+// ack acks one delivery and logs what happened. AckContext, not rmq's
+// Ack: its error says why a delivery was not found.
+func (w *soakWorker) ack(d redq.Message) {
 	w.log.take(lineAcking, d, "")
-	w.result(d, d.Ack())
+	w.result(d, d.AckContext(context.Background()))
 }
 
 // ackBatch acks a batch in one call and logs what happened to each.
@@ -307,13 +309,13 @@ func (w *soakWorker) ackBatch(b redq.Deliveries) {
 	for _, d := range b {
 		w.log.take(lineAcking, d, "")
 	}
-	errs := b.Ack()
+	errs := b.AckContext(context.Background())
 	for i, d := range b {
 		w.result(d, errs[i])
 	}
 }
 
-func (w *soakWorker) result(d redq.Delivery, err error) {
+func (w *soakWorker) result(d redq.Message, err error) {
 	if err == nil {
 		w.log.take(lineAcked, d, "")
 		return

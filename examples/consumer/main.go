@@ -59,7 +59,7 @@ func (c *taskConsumer) Consume(d redq.Delivery) {
 	}
 
 	time.Sleep(c.simulatedWorkTime) // the actual work goes here
-	if trace := d.Header().Get("Trace-Id"); trace != "" {
+	if trace := d.(redq.WithHeader).Header().Get("Trace-Id"); trace != "" {
 		log.Printf("%s: did task %d (%s) for trace %s", c.name, task.ID, task.Name, trace)
 	} else {
 		log.Printf("%s: did task %d (%s)", c.name, task.ID, task.Name)

@@ -66,7 +66,7 @@ func run(ctx context.Context, redisURL string, out io.Writer) error {
 	if err := q.StartConsuming(10, time.Second); err != nil {
 		return err
 	}
-	if _, err := q.AddHandler("indexer", func(ctx context.Context, d redq.Delivery) error {
+	if _, err := q.AddHandler("indexer", func(ctx context.Context, d redq.Message) error {
 		if d.Key() == "user-42" {
 			once.Do(func() {
 				close(started)

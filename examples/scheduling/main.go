@@ -160,7 +160,7 @@ func retryWithHandler(ctx context.Context, conn redq.Connection, out io.Writer) 
 		return err
 	}
 	events := make(chan string, 10)
-	_, err = q.AddHandler("sender", func(ctx context.Context, d redq.Delivery) error {
+	_, err = q.AddHandler("sender", func(ctx context.Context, d redq.Message) error {
 		// ctx ends when the lease runs out or consuming stops.
 		var err error
 		switch {
