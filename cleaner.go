@@ -9,7 +9,7 @@ import (
 
 // Cleaner returns the unacked deliveries of dead connections to ready. A
 // connection is dead once its heartbeat key is gone (it expired, or the
-// connection called StopAllConsuming). Run one or several cleaners
+// connection called StopAllConsuming); a cleaner then unlists it. Run one or several cleaners
 // periodically, in-process or with `redq clean`; each delivery is returned
 // once however many run at the same time, and a live connection's
 // deliveries are never touched.
@@ -60,11 +60,11 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	for len(names) > 0 {
 		chunk := names[:min(len(names), fetchChunk)]
 		names = names[len(chunk):]
-		keys := make([]string, 0, len(chunk)+1)
+		keys := make([]string, 0, 2*len(chunk)+1)
 		keys = append(keys, c.keys.connections)
 		args := make([]any, len(chunk))
 		for i, n := range chunk {
-			keys = append(keys, c.keys.heartbeat(n))
+			keys = append(keys, c.keys.heartbeat(n), c.keys.stopped(n))
 			args[i] = n
 		}
 		if err := scripts.declareDead.Run(ctx, c.client, keys, args...).Err(); err != nil {

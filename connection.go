@@ -38,8 +38,11 @@ type Connection interface {
 	// StopAllConsuming stops consuming on every queue of this connection,
 	// waits for consumers to finish their current delivery, stops the
 	// heartbeat and deletes it, so a cleaner may return what the connection
-	// still holds at once. The channel is closed when all that is done.
-	// Afterwards OpenQueue and Publish fail with ErrorConsumingStopped.
+	// still holds at once (and then unlists it; until then the stats show
+	// it as stopped). The channel is closed when all that is done.
+	// Afterwards OpenQueue, OpenTimers, StartConsuming and the verbs on
+	// deliveries fail with ErrorConsumingStopped; queues opened before may
+	// still publish, as in rmq.
 	StopAllConsuming() <-chan struct{}
 }
 
@@ -157,6 +160,10 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 // the first (see remove_held in scripts/lib.lua). Tokens are unique per
 // connection.
 func (c *redisConnection) nextToken() string { return strconv.FormatUint(c.tokens.Add(1), 10) }
+
+// stoppedKeep bounds how long the stopped marker of a connection that
+// stopped cleanly waits for a cleaner.
+const stoppedKeep = 24 * time.Hour
 
 // Name returns the connection's full name, tag-<random>, as it appears in
 // Redis and in stats.
@@ -322,13 +329,13 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		c.closed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		// Leaving the connections set declares the connection dead, as a
-		// cleaner would: what it still holds of any queue goes back to
-		// ready at the next clean, and a connection that held nothing
-		// leaves nothing behind.
+		// Without its heartbeat the connection is dead to the next clean,
+		// which returns what it still holds and unlists it (as rmq does,
+		// it stays listed, inactive, until then). The marker lets the
+		// stats tell that it stopped cleanly rather than died.
 		pipe := c.client.TxPipeline()
 		pipe.Del(ctx, c.keys.heartbeat(c.name))
-		pipe.SRem(ctx, c.keys.connections, c.name)
+		pipe.Set(ctx, c.keys.stopped(c.name), "1", stoppedKeep)
 		if _, err := pipe.Exec(ctx); err != nil {
 			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
 		}

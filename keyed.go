@@ -170,9 +170,6 @@ func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opt
 	if len(payload) > q.conn.opts.maxPayloadSize {
 		return 0, fmt.Errorf("%w: payload is %d bytes, the maximum is %d", ErrorPayloadTooLarge, len(payload), q.conn.opts.maxPayloadSize)
 	}
-	if q.conn.isStopped() {
-		return 0, ErrorConsumingStopped
-	}
 	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header, key: key}
 	env, err := encodeWithID(string(q.conn.ids.next(make([]byte, 0, idLen), time.Now())), m, payload)
 	if err != nil {

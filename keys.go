@@ -9,6 +9,8 @@ import "fmt"
 //	{ns}:queues               set of queue names
 //	{ns}:timers               set of timer set names (see OpenTimers)
 //	{ns}:hb:<connection>      heartbeat, expires after the heartbeat TTL
+//	{ns}:stopped:<connection> set by StopAllConsuming until a cleaner unlists
+//	                          the connection (at most a day)
 //
 // Every key of one queue starts with its prefix ns:{name}, so all carry the
 // queue's hash tag {name}:
@@ -91,6 +93,10 @@ func newGlobalKeys(ns string) globalKeys {
 }
 
 func (g globalKeys) heartbeat(conn string) string { return "{" + g.ns + "}:hb:" + conn }
+
+// stopped marks a connection that stopped consuming cleanly until a cleaner
+// unlists it (see StopAllConsuming).
+func (g globalKeys) stopped(conn string) string { return "{" + g.ns + "}:stopped:" + conn }
 
 type queueKeys struct {
 	prefix, ready, rejected, consumers, levels string

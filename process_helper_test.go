@@ -266,8 +266,8 @@ func procChildConsume() int {
 // The helper then acks every held delivery and reports each result
 // (ACKRESULT), waits for ErrorConnectionLost on its error channel and for
 // the connection to stop consuming on its own (it never calls
-// StopAllConsuming before that), checks that Publish is refused, and emits
-// SUMMARY. Deliveries that arrive after the first REDQ_TEST_HOLD are
+// StopAllConsuming before that), checks that OpenQueue is refused, and
+// emits SUMMARY. Deliveries that arrive after the first REDQ_TEST_HOLD are
 // reported as LATE and kept.
 func procChildZombie() int {
 	want := procEnvInt(procEnvHold, 10)
@@ -346,9 +346,9 @@ func procChildZombie() int {
 			case <-time.After(10 * time.Second):
 			}
 		}
-		perr := q.Publish("zombie-probe")
+		_, oerr := c.OpenQueue("zombie-probe")
 		procEmit("STOPPED", "self", selfStopped, "finished", stopFinished,
-			"publishRefused", errors.Is(perr, ErrorConsumingStopped), "publishErr", fmt.Sprint(perr))
+			"openRefused", errors.Is(oerr, ErrorConsumingStopped), "openErr", fmt.Sprint(oerr))
 
 		// Give a misbehaving fetch loop a chance to take something late.
 		time.Sleep(300 * time.Millisecond)

@@ -730,8 +730,8 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 	if !stopped.bool("self") || !stopped.bool("finished") {
 		t.Errorf("zombie did not stop consuming on its own: %s", stopped.raw)
 	}
-	if !stopped.bool("publishRefused") {
-		t.Errorf("zombie could still publish after it stopped: %s", stopped.get("publishErr"))
+	if !stopped.bool("openRefused") {
+		t.Errorf("zombie could still open a queue after it stopped: %s", stopped.get("openErr"))
 	}
 	if late := child.all("LATE"); len(late) > 0 || summary.int("late") != 0 || summary.int("held") != m {
 		t.Errorf("zombie took deliveries after it was declared dead: %v (summary %s)", late, summary.raw)

@@ -175,9 +175,6 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	if len(payloads) == 0 {
 		return nil
 	}
-	if q.conn.isStopped() {
-		return ErrorConsumingStopped
-	}
 	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header}
 	now := time.Now()
 	args := make([]any, len(payloads))

@@ -101,8 +101,9 @@ type Queue interface {
 	// PurgeRejected deletes all rejected deliveries and returns how many.
 	PurgeRejected() (int64, error)
 	// Destroy purges ready, rejected and delayed deliveries and the
-	// queue's counters, and unlists the queue. Unacked deliveries stay with
-	// their connections and can still be acked.
+	// queue's counters, and unlists the queue; ErrorNotFound (after the
+	// purge, as in rmq) when it was not listed. Unacked deliveries stay
+	// with their connections and can still be acked.
 	Destroy() (readyCount, rejectedCount int64, err error)
 	// Drain removes up to count ready deliveries, highest priority first,
 	// and returns their payloads.
@@ -729,8 +730,13 @@ func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCo
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := q.conn.client.SRem(ctx, q.conn.keys.queues, q.name).Err(); err != nil {
+	unlisted, err := q.conn.client.SRem(ctx, q.conn.keys.queues, q.name).Result()
+	if err != nil {
 		return n[0], n[1], fmt.Errorf("redq: unlist queue %q: %w", q.name, err)
+	}
+	if unlisted == 0 {
+		// as in rmq: the queue was not listed (destroyed already)
+		return n[0], n[1], ErrorNotFound
 	}
 	return n[0], n[1], nil
 }

@@ -19,6 +19,10 @@ type Stats struct {
 	// the requested queues (publishers, idle workers), with whether their
 	// heartbeat is alive.
 	OtherConnections map[string]bool `json:"otherConnections"`
+	// StoppedConnections lists the connections that stopped cleanly
+	// (StopAllConsuming) and wait for a cleaner to unlist them: their
+	// heartbeat is gone, as a dead one's is.
+	StoppedConnections map[string]bool `json:"stoppedConnections,omitempty"`
 	// TimerStats holds one entry per timer set of the namespace (see
 	// OpenTimers); nil when there is none.
 	TimerStats map[string]TimerStat `json:"timers,omitempty"`
@@ -63,7 +67,11 @@ type QueueStat struct {
 type ConnectionStat struct {
 	// Active is true while the connection's heartbeat is alive; a dead
 	// connection's deliveries go back to ready when a cleaner runs.
-	Active        bool  `json:"active"`
+	Active bool `json:"active"`
+	// Stopped is true when the connection is not active because it stopped
+	// cleanly (StopAllConsuming) and waits for a cleaner to unlist it,
+	// rather than because it died.
+	Stopped       bool  `json:"stopped,omitempty"`
 	UnackedCount  int64 `json:"unacked"`
 	ConsumerCount int64 `json:"consumers"`
 }
@@ -128,7 +136,7 @@ func (s Stats) String() string {
 		sort.Strings(conns)
 		for _, c := range conns {
 			cs := q.Connections[c]
-			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, activeWord(cs.Active))
+			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, stateWord(cs.Active, cs.Stopped))
 		}
 	}
 	for _, name := range sortedStatsKeys(s.TimerStats) {
@@ -141,14 +149,17 @@ func (s Stats) String() string {
 	}
 	sort.Strings(others)
 	for _, c := range others {
-		fmt.Fprintf(&b, "connection %s %s\n", c, activeWord(s.OtherConnections[c]))
+		fmt.Fprintf(&b, "connection %s %s\n", c, stateWord(s.OtherConnections[c], s.StoppedConnections[c]))
 	}
 	return b.String()
 }
 
-func activeWord(active bool) string {
-	if active {
+func stateWord(active, stopped bool) string {
+	switch {
+	case active:
 		return "active"
+	case stopped:
+		return "stopped"
 	}
 	return "dead"
 }
@@ -226,9 +237,11 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	pipe = c.client.Pipeline()
 	unacked := make([]map[string]*redis.IntCmd, len(queueList))
 	beats := map[string]*redis.IntCmd{}
+	stops := map[string]*redis.IntCmd{}
 	beat := func(conn string) {
 		if beats[conn] == nil {
 			beats[conn] = pipe.Exists(ctx, c.keys.heartbeat(conn))
+			stops[conn] = pipe.Exists(ctx, c.keys.stopped(conn))
 		}
 	}
 	for i, q := range qc {
@@ -263,6 +276,15 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		stats.TimerStats[name] = TimerStat{Pending: n[4] + n[6], Firing: n[5]}
 	}
 	alive := func(conn string) bool { return registered[conn] && beats[conn].Val() == 1 }
+	stopped := func(conn string) bool { return registered[conn] && !alive(conn) && stops[conn].Val() == 1 }
+	for conn := range registered {
+		if stopped(conn) {
+			if stats.StoppedConnections == nil {
+				stats.StoppedConnections = map[string]bool{}
+			}
+			stats.StoppedConnections[conn] = true
+		}
+	}
 	seen := map[string]bool{}
 	for i, name := range queueList {
 		n := counts[i]
@@ -270,7 +292,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
-			qs.Connections[conn] = ConnectionStat{Active: alive(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}
+			qs.Connections[conn] = ConnectionStat{Active: alive(conn), Stopped: stopped(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}
 			seen[conn] = true
 		}
 		stats.QueueStats[name] = qs

@@ -21,7 +21,8 @@ const (
 // NewHandler returns an HTTP handler that shows the stats of every open
 // queue of connection's namespace: per queue its ready, rejected, delayed,
 // expired and unacked deliveries, its consumers and connections, and below
-// each queue the connections registered for it (dead ones marked), followed
+// each queue the connections registered for it (dead ones marked, and
+// those that stopped cleanly and wait for a cleaner marked stopped), followed
 // by the connections that consume none of the queues. The JSON form is
 // Stats as encoded by encoding/json, so it carries "delayed" and "expired"
 // per queue too.
@@ -164,9 +165,12 @@ type statsQueueRow struct {
 
 type statsConnRow struct {
 	Name               string
-	Active             bool
+	Active, Stopped    bool
 	Unacked, Consumers int64
 }
+
+// State is the connection's state word: active, stopped or dead.
+func (r statsConnRow) State() string { return stateWord(r.Active, r.Stopped) }
 
 func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 	p := statsPage{
@@ -201,10 +205,10 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 		}
 		for _, conn := range sortedStatsKeys(qs.Connections) {
 			cs := qs.Connections[conn]
-			if !cs.Active {
+			if !cs.Active && !cs.Stopped {
 				row.DeadConnections++
 			}
-			row.Conns = append(row.Conns, statsConnRow{Name: conn, Active: cs.Active, Unacked: cs.UnackedCount, Consumers: cs.ConsumerCount})
+			row.Conns = append(row.Conns, statsConnRow{Name: conn, Active: cs.Active, Stopped: cs.Stopped, Unacked: cs.UnackedCount, Consumers: cs.ConsumerCount})
 		}
 		p.Queues = append(p.Queues, row)
 	}
@@ -214,10 +218,10 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 	}
 	for _, conn := range sortedStatsKeys(s.OtherConnections) {
 		active := s.OtherConnections[conn]
-		if !active {
+		if !active && !s.StoppedConnections[conn] {
 			p.OthersDead++
 		}
-		p.Others = append(p.Others, statsConnRow{Name: conn, Active: active})
+		p.Others = append(p.Others, statsConnRow{Name: conn, Active: active, Stopped: s.StoppedConnections[conn]})
 	}
 	return p
 }
@@ -264,6 +268,7 @@ tr.dead { background: #ffebe9; }
 .status { display: inline-block; padding: 0 .45rem; border-radius: 1rem; font-size: .8em; font-weight: 600; }
 .status.active { background: #dafbe1; color: #1a7f37; }
 .status.dead { background: #cf222e; color: #fff; }
+.status.stopped { background: #eaeef2; color: #57606a; }
 .empty { color: #656d76; font-style: italic; }
 </style>
 </head>
@@ -293,7 +298,7 @@ tr.dead { background: #ffebe9; }
 {{- if not $.Condensed}}
 {{- $queue := .Name}}
 {{- range .Conns}}
-<tr class="connection {{if .Active}}active{{else}}dead{{end}}" data-queue="{{$queue}}" data-connection="{{.Name}}">
+<tr class="connection {{.State}}" data-queue="{{$queue}}" data-connection="{{.Name}}">
 <td class="name">{{.Name}}</td>
 <td></td>
 <td></td>
@@ -301,7 +306,7 @@ tr.dead { background: #ffebe9; }
 <td></td>
 <td data-field="unacked">{{.Unacked}}</td>
 <td data-field="consumers">{{.Consumers}}</td>
-<td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
+<td data-field="status"><span class="status {{.State}}">{{.State}}</span></td>
 <td></td>
 </tr>
 {{- end}}
@@ -330,9 +335,9 @@ tr.dead { background: #ffebe9; }
 <thead><tr><th scope="col">connection</th><th scope="col">status</th></tr></thead>
 <tbody>
 {{- range .Others}}
-<tr class="connection {{if .Active}}active{{else}}dead{{end}}" data-other="{{.Name}}">
+<tr class="connection {{.State}}" data-other="{{.Name}}">
 <td class="name">{{.Name}}</td>
-<td data-field="status"><span class="status {{if .Active}}active{{else}}dead{{end}}">{{if .Active}}active{{else}}dead{{end}}</span></td>
+<td data-field="status"><span class="status {{.State}}">{{.State}}</span></td>
 </tr>
 {{- else}}
 <tr><td class="empty" colspan="2">No other connections.</td></tr>

@@ -140,7 +140,11 @@ func newHandlerFixture(t *testing.T, b backend) handlerFixture {
 			t.Fatal(err)
 		}
 	}
+	// It dies: no heartbeat, and no marker of a clean stop.
 	<-worker.StopAllConsuming()
+	if err := b.client.Del(context.Background(), worker.keys.stopped(worker.name)).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := jobsP.Publish("k0", "k1", "k2", "k3"); err != nil {
 		t.Fatal(err)
 	}
@@ -609,5 +613,52 @@ func TestHandlerShowsKeyedItemsAndTimers(t *testing.T) {
 		if s := mustStats(t, c, "jobs").String(); !strings.Contains(s, "keyed: 1 pending, 1 running, 1 parked") || !strings.Contains(s, "timers reminders: 1 pending, 0 firing") {
 			t.Errorf("text stats:\n%s", s)
 		}
+	})
+}
+
+// A connection that stopped cleanly stays listed, as stopped, until a
+// cleaner unlists it (as rmq keeps it listed, inactive).
+func TestStoppedConnectionIsListedAsStoppedUntilACleanerRuns(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		worker := openT(t, b, "worker", ns)
+		idle := openT(t, b, "idle", ns)
+		admin := openT(t, b, "admin", ns)
+		if err := openQueue(t, admin, "jobs").Publish("a"); err != nil {
+			t.Fatal(err)
+		}
+		hold(t, openQueue(t, worker, "jobs"), 1, 1)
+		<-worker.StopAllConsuming()
+		<-idle.StopAllConsuming()
+		s := mustStats(t, admin, "jobs")
+		cs, listed := s.QueueStats["jobs"].Connections[worker.Name()]
+		if !listed || cs.Active || !cs.Stopped || cs.UnackedCount != 1 {
+			t.Fatalf("stopped worker: listed %v, %+v", listed, cs)
+		}
+		if active, listed := s.OtherConnections[idle.Name()]; !listed || active || !s.StoppedConnections[idle.Name()] {
+			t.Fatalf("stopped idle connection: listed %v, active %v, stopped %v", listed, active, s.StoppedConnections)
+		}
+		_, body := handlerGet(t, NewHandler(admin), "/")
+		_, conns, others := pageRows(t, body)
+		if got := conns["jobs"][worker.Name()].cells["status"]; got != "stopped" {
+			t.Fatalf("page status of the stopped worker: %q", got)
+		}
+		if got := others[idle.Name()].cells["status"]; got != "stopped" {
+			t.Fatalf("page status of the stopped idle connection: %q", got)
+		}
+		if n, err := NewCleaner(admin).Clean(); err != nil || n != 1 {
+			t.Fatalf("clean: %d, %v", n, err)
+		}
+		s = mustStats(t, admin, "jobs")
+		if _, listed := s.QueueStats["jobs"].Connections[worker.Name()]; listed {
+			t.Fatal("the cleaner left the stopped worker listed")
+		}
+		if _, listed := s.OtherConnections[idle.Name()]; listed || len(s.StoppedConnections) != 0 {
+			t.Fatalf("after the clean: others %v, stopped %v", s.OtherConnections, s.StoppedConnections)
+		}
+		if n, _ := b.client.Exists(context.Background(), worker.keys.stopped(worker.name), idle.keys.stopped(idle.name)).Result(); n != 0 {
+			t.Fatalf("%d stopped markers left after the clean", n)
+		}
+		wantCounts(t, admin, "jobs", 1, 0, 0)
 	})
 }

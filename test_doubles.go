@@ -438,8 +438,12 @@ type TestDelivery struct {
 	Touches int
 }
 
-// NewTestDelivery returns a delivery whose payload is content as JSON.
+// NewTestDelivery returns a delivery whose payload is content: a string
+// as it is, anything else as JSON (as rmq's does).
 func NewTestDelivery(content any) *TestDelivery {
+	if s, ok := content.(string); ok {
+		return NewTestDeliveryString(s)
+	}
 	b, err := json.Marshal(content)
 	if err != nil {
 		b = []byte(fmt.Sprintf("%v", content))

@@ -206,10 +206,15 @@ func deadHolder(t *testing.T, tg target, queue string, n int) string {
 			t.Fatal("the crashed worker got nothing")
 		}
 	}
-	// Stopping deletes the heartbeat: the connection is dead now, and its
+	// Stopping deletes the heartbeat; deleting the marker of a clean stop
+	// too makes it look crashed: the connection is dead now, and its
 	// deliveries stay unacked until a cleaner runs.
 	<-conn.StopAllConsuming()
-	return connectionName(conn)
+	name := connectionName(conn)
+	if err := tg.client.Del(context.Background(), "{"+tg.ns+"}:stopped:"+name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 func TestUsageErrors(t *testing.T) {
