@@ -71,9 +71,17 @@ func OpenConnectionWithRedisOptions(tag string, redisOptions *redis.Options, err
 	return Open(context.Background(), tag, redis.NewClient(redisOptions), errChan, opts...)
 }
 
-// OpenConnectionWithRedisClient opens a connection on an existing client.
-func OpenConnectionWithRedisClient(tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
-	return Open(context.Background(), tag, client, errChan, opts...)
+// OpenConnectionWithRedisClient opens a connection on an existing client,
+// as rmq's does: any go-redis redis.Cmdable. A UniversalClient (a client,
+// a cluster, failover or ring client) gets the whole engine; a bare
+// Cmdable (a custom type) works too, but its idle waits end on whole
+// seconds only, so a due delivery may reach an idle consumer up to a
+// second late.
+func OpenConnectionWithRedisClient(tag string, client redis.Cmdable, errChan chan<- error, opts ...Option) (Connection, error) {
+	if client == nil {
+		return nil, argError("redis client", client, "must not be nil")
+	}
+	return Open(context.Background(), tag, universal(client), errChan, opts...)
 }
 
 // OpenConnectionWithTestRedisClient opens a connection on a new embedded

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,10 @@ type redisDelivery struct {
 	// onTouch, if set, learns the new lease end after a Touch (a handler's
 	// context timer).
 	onTouch atomic.Pointer[func(time.Time)]
+	// faulty is why the payload cannot be read: it carries the rmq header
+	// signature without a readable header. Such deliveries are rejected
+	// when fetched instead of handed out, as rmq does.
+	faulty error
 }
 
 func newDelivery(q *redisQueue, s, fence string, sent time.Time) *redisDelivery {
@@ -106,6 +111,24 @@ func newDelivery(q *redisQueue, s, fence string, sent time.Time) *redisDelivery 
 	d := &redisDelivery{q: q, id: env.id, fence: fence, payload: env.payload, meta: env.meta}
 	if d.ttr > 0 {
 		d.leaseEnd.Store(sent.Add(d.ttr).UnixNano())
+	}
+	if strings.HasPrefix(d.payload, rmqHeaderSignature) {
+		// headers carried the rmq way (PayloadWithHeader)
+		h, p, err := ExtractHeaderAndPayload(d.payload)
+		if err != nil {
+			d.faulty = err
+		} else {
+			d.payload = p
+			if d.header == nil {
+				d.header = h
+			} else {
+				for k, v := range h {
+					if _, ok := d.header[k]; !ok {
+						d.header[k] = v
+					}
+				}
+			}
+		}
 	}
 	return d
 }

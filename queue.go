@@ -113,6 +113,8 @@ type Queue interface {
 	// count is 0, else at most count, the most recently published first.
 	// It scans the lists: an operation for operators, not a hot path.
 	Remove(payload string, count int64, removeFromRejected bool) error
+	// RemoveBytes is Remove for a payload of bytes.
+	RemoveBytes(payload []byte, count int64, removeFromRejected bool) error
 
 	// ReturnUnackedContext is ReturnUnacked with a context.
 	ReturnUnackedContext(ctx context.Context, max int64) (int64, error)
@@ -487,12 +489,41 @@ func (q *redisQueue) fetch(ctx context.Context, n int64) (int, int64, error) {
 	size := 0
 	for _, s := range t.envs {
 		size += len(s)
-		q.buf <- newDelivery(q, s, t.fence, sent)
+	}
+	for _, d := range q.deliveries(t, sent) {
+		q.buf <- d
 	}
 	if len(t.envs) > 0 {
 		q.itemSize = max(1, size/len(t.envs))
 	}
 	return len(t.envs), t.hint, nil
+}
+
+// deliveries makes the deliveries of a take, and rejects those whose
+// payload cannot be read (see redisDelivery.faulty) instead of handing
+// them out, as rmq does; when that fails they stay this connection's until
+// a cleaner or their lease returns them, and the error channel says so.
+func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
+	out := make([]*redisDelivery, 0, len(t.envs))
+	var faulty []string
+	for _, s := range t.envs {
+		d := newDelivery(q, s, t.fence, sent)
+		if d.faulty != nil {
+			faulty = append(faulty, d.ref())
+			continue
+		}
+		out = append(out, d)
+	}
+	if len(faulty) > 0 {
+		res, err := q.conn.acks.settle(context.Background(), q, modeTail, q.keys.rejected, faulty, nil)
+		if err == nil {
+			err = res.err(0)
+		}
+		if err != nil {
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("reject %d deliveries with unreadable headers: %w", len(faulty), err), Count: 1})
+		}
+	}
+	return out
 }
 
 // taken is what one fetch call took: the envelopes, the fence of the take
@@ -766,6 +797,10 @@ func (q *redisQueue) DrainContext(ctx context.Context, count int64) ([]string, e
 
 func (q *redisQueue) Remove(payload string, count int64, removeFromRejected bool) error {
 	return q.RemoveContext(context.Background(), payload, count, removeFromRejected)
+}
+
+func (q *redisQueue) RemoveBytes(payload []byte, count int64, removeFromRejected bool) error {
+	return q.RemoveContext(context.Background(), string(payload), count, removeFromRejected)
 }
 
 func (q *redisQueue) RemoveContext(ctx context.Context, payload string, count int64, removeFromRejected bool) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ import (
 // Stats is a snapshot of queue and timer counts, read in two round trips.
 type Stats struct {
 	// QueueStats holds one entry per requested queue.
-	QueueStats map[string]QueueStat `json:"queues"`
+	QueueStats QueueStats `json:"queues"`
 	// OtherConnections lists registered connections that consume none of
 	// the requested queues (publishers, idle workers), with whether their
 	// heartbeat is alive.
@@ -60,7 +61,24 @@ type QueueStat struct {
 	KeyedParked int64 `json:"keyedParked"`
 	// Connections holds, per connection registered for the queue, its
 	// unacked count, consumer count and whether it is alive.
-	Connections map[string]ConnectionStat `json:"connections"`
+	Connections ConnectionStats `json:"connections"`
+}
+
+// QueueStats are the stats of queues by name.
+type QueueStats map[string]QueueStat
+
+// ConnectionStats are the parts of connections in a queue, by connection
+// name.
+type ConnectionStats map[string]ConnectionStat
+
+// String formats the stat as rmq does: [unacked:N consumers:N].
+func (s ConnectionStat) String() string {
+	return fmt.Sprintf("[unacked:%d consumers:%d]", s.UnackedCount, s.ConsumerCount)
+}
+
+// String formats the stat as rmq does: [ready:N rejected:N conn:map[...]].
+func (s QueueStat) String() string {
+	return fmt.Sprintf("[ready:%d rejected:%d conn:%s]", s.ReadyCount, s.RejectedCount, map[string]ConnectionStat(s.Connections))
 }
 
 // ConnectionStat is one connection's part in a queue.
@@ -151,6 +169,54 @@ func (s Stats) String() string {
 	for _, c := range others {
 		fmt.Fprintf(&b, "connection %s %s\n", c, stateWord(s.OtherConnections[c], s.StoppedConnections[c]))
 	}
+	return b.String()
+}
+
+// GetHtml renders the stats in rmq's page layout, for programs that serve
+// or scrape it: a monospace table of queues with their ready, rejected,
+// connection, unacked and consumer counts, and (unless layout is
+// "condensed") a row per connection of each queue and per other
+// connection, marked with ActiveSign. refresh, when not empty, is the
+// page's refresh in seconds. NewHandler serves redq's own page.
+func (s Stats) GetHtml(layout, refresh string) string {
+	var b strings.Builder
+	b.WriteString("<html>")
+	if refresh != "" {
+		fmt.Fprintf(&b, `<head><meta http-equiv="refresh" content="%s">`, html.EscapeString(refresh))
+	}
+	b.WriteString(`<body><table style="font-family:monospace">`)
+	row := func(style string, cells ...string) {
+		if style != "" {
+			fmt.Fprintf(&b, `<tr style="%s">`, style)
+		} else {
+			b.WriteString("<tr>")
+		}
+		for _, c := range cells {
+			fmt.Fprintf(&b, "<td>%s</td><td></td>", c)
+		}
+		b.WriteString("</tr>")
+	}
+	row("", "queue", "ready", "rejected", "", "connections", "unacked", "consumers")
+	for _, name := range s.Names() {
+		q := s.QueueStats[name]
+		row("", html.EscapeString(name), strconv.FormatInt(q.ReadyCount, 10), strconv.FormatInt(q.RejectedCount, 10), "",
+			strconv.Itoa(len(q.Connections)), strconv.FormatInt(q.UnackedCount(), 10), strconv.FormatInt(q.ConsumerCount(), 10))
+		if layout == "condensed" {
+			continue
+		}
+		for _, conn := range sortedStatsKeys(q.Connections) {
+			cs := q.Connections[conn]
+			row("color:lightgrey", "", "", "", ActiveSign(cs.Active), html.EscapeString(conn),
+				strconv.FormatInt(cs.UnackedCount, 10), strconv.FormatInt(cs.ConsumerCount, 10))
+		}
+	}
+	if layout != "condensed" {
+		b.WriteString("<tr><td>-----</td></tr>")
+		for _, conn := range sortedStatsKeys(s.OtherConnections) {
+			row("color:lightgrey", "", "", "", ActiveSign(s.OtherConnections[conn]), html.EscapeString(conn), "", "")
+		}
+	}
+	b.WriteString("</table></body></html>")
 	return b.String()
 }
 

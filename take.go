@@ -91,8 +91,8 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
 			slot.token++
-			for _, s := range res.envs {
-				out = append(out, newDelivery(q, s, res.fence, sent))
+			for _, d := range q.deliveries(res, sent) {
+				out = append(out, d)
 			}
 			hint = res.hint
 			if int64(len(res.envs)) < want && hint != 0 {

@@ -358,6 +358,11 @@ func (q *TestQueue) Remove(payload string, count int64, _ bool) error {
 	return nil
 }
 
+// RemoveBytes is Remove for a payload of bytes.
+func (q *TestQueue) RemoveBytes(payload []byte, count int64, removeFromRejected bool) error {
+	return q.Remove(string(payload), count, removeFromRejected)
+}
+
 // ReturnUnackedContext returns 0.
 func (q *TestQueue) ReturnUnackedContext(context.Context, int64) (int64, error) { return 0, nil }
 

@@ -95,6 +95,10 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 		// fraction ourselves (it stays within the default read timeout).
 		secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
 		err = c.Do(ctx, "BLMOVE", w.key, w.key, "RIGHT", "RIGHT", secs).Err()
+		if errors.Is(err, errBareCmdable) {
+			// a bare Cmdable (see universal): whole seconds only
+			err = c.BLMove(ctx, w.key, w.key, "RIGHT", "RIGHT", time.Second).Err()
+		}
 	} else {
 		err = c.BLMove(ctx, w.key, w.key, "RIGHT", "RIGHT", d.Truncate(time.Second)).Err()
 	}
