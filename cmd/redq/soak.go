@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -712,6 +713,10 @@ func workersCheck(procs []*soakProc, infos []soakLogInfo) soakCheck {
 			ends["killed"]++
 		case p.exitCode == workerExitAsked:
 			ends["asked to stop"]++
+		case p.asked && p.signal == syscall.SIGTERM && infos[i].conn == "":
+			// SIGTERM came before it had set up its handler (it was
+			// just starting): it did nothing yet
+			ends["asked to stop while starting"]++
 		case p.exitCode == workerExitLost:
 			ends["declared dead, stopped by itself"]++
 		case p.exitCode == workerExitHBErrors:

@@ -25,11 +25,13 @@ type soakProc struct {
 	pid     int
 	started time.Time
 	done    chan struct{} // closed once it exited and exitCode is set
-	// exitCode is its exit status (-1 when a signal ended it); set before
-	// done is closed.
+	// exitCode is its exit status (-1 when a signal ended it) and signal
+	// the signal that ended it, if one did; set before done is closed.
 	exitCode int
+	signal   syscall.Signal
 
 	// Set under soak.mu by the faults and the end of the run.
+	asked        bool // sent SIGTERM at the end of the run
 	killed       bool // SIGKILLed
 	forced       bool // SIGKILLed because it did not stop when it should
 	sigstopped   bool
@@ -105,6 +107,9 @@ func (s *soak) startWorker() (*soakProc, error) {
 	go func() {
 		_ = cmd.Wait() // the exit status is what we want, not an error
 		p.exitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.signal = ws.Signal()
+		}
 		close(p.done)
 	}()
 	return p, nil
@@ -154,6 +159,7 @@ func (s *soak) stopWorkers() {
 	var live []*soakProc
 	for _, p := range s.procs {
 		if !p.exited() {
+			p.asked = true
 			live = append(live, p)
 		}
 	}
