@@ -98,6 +98,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 			ids[j] = ds[i].(*redisDelivery).ref()
 		}
 		res, err := q.settle(ctx, verb, ids, first)
+		q.signalRoom()
 		for j, i := range idx {
 			e := err
 			if e == nil {

@@ -214,6 +214,7 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
 	res, err := d.q.settle(ctx, verb, []string{d.ref()}, d)
+	d.q.signalRoom() // the connection may hold fewer now (see fetchLoop)
 	if err == nil {
 		err = res.err(0)
 	}
@@ -247,6 +248,7 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	}, func(err error, count int) {
 		d.q.conn.report(&DeliveryError{Delivery: d, RedisErr: err, Count: count})
 	})
+	d.q.signalRoom()
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}

@@ -100,27 +100,21 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 			ttr = time.Minute
 			clock.freeze()
 		}
-		// "slow" is taken first and its consumer hangs on it. "filler"
-		// then fills the hung connection's prefetch buffer (1), so that its
-		// own fetch loop waits for room and cannot take "slow" back.
+		// "slow" is taken and its consumer hangs on it. The hung
+		// connection then stops fetching (its consumer goes on hanging), so
+		// that it cannot take "slow" back itself once the lease ran out.
 		mustPut(t, qh, "slow", TTR(ttr))
-		mustPut(t, qh, "filler")
 		gotSlow := make(chan Message, 1)
 		unblock := make(chan struct{})
 		lateAck := make(chan error, 1)
-		fillerAck := make(chan error, 1)
 		if err := qh.StartConsuming(1, 20*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := qh.AddConsumerFunc("hung", func(dd Delivery) {
 			d := dd.(Message)
-			if d.Payload() != "slow" {
-				fillerAck <- d.Ack()
-				return
-			}
 			gotSlow <- d
 			<-unblock
-			lateAck <- d.Ack()
+			lateAck <- d.AckContext(context.Background())
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -140,9 +134,10 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 		if stale.Attempts() != 1 {
 			t.Fatalf("first take: attempts %d, want 1", stale.Attempts())
 		}
-		eventually(t, "the filler is in the hung connection's buffer", func() bool {
-			return mustStats(t, other, "jobs").QueueStats["jobs"].Connections[hung.name].UnackedCount == 2
-		})
+		stopped := qh.StopConsuming() // finishes once the consumer returns
+		if n := mustStats(t, other, "jobs").QueueStats["jobs"].Connections[hung.name].UnackedCount; n != 1 {
+			t.Fatalf("the hung connection holds %d, want the slow one", n)
+		}
 
 		// Another connection gets it once the lease ran out, although the
 		// hung connection is alive.
@@ -171,9 +166,7 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 		if err := d.Ack(); err != nil {
 			t.Fatalf("new holder's ack: %v", err)
 		}
-		if err := <-fillerAck; err != nil {
-			t.Fatalf("filler ack: %v", err)
-		}
+		<-stopped
 		wantNothingLeft(t, b, other, qo)
 	})
 }
@@ -669,7 +662,7 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		// the fetch loop's call under token 7: it ran, but say its reply was lost
-		if res, err := q.takeRaw(ctx, 1, q.fetchField(), 7); err != nil || len(res.envs) != 1 {
+		if res, err := q.takeRaw(ctx, 1, q.fetchField(), 7, 0); err != nil || len(res.envs) != 1 {
 			t.Fatal(res, err)
 		}
 		if b.mini != nil {
@@ -682,7 +675,7 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 		if err != nil || d2.Attempts() != 2 {
 			t.Fatalf("take after the lease ran out: %v, %v", d2, err)
 		}
-		again, err := q.takeRaw(ctx, 1, q.fetchField(), 7)
+		again, err := q.takeRaw(ctx, 1, q.fetchField(), 7, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -710,11 +703,11 @@ func TestRepeatedFetchReturnsAReleasedDeliveryAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// "second" (attempt 0) then "first" (attempt 1), under token 9
-		res, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		res, err := q.takeRaw(ctx, 2, q.fetchField(), 9, 0)
 		if err != nil || len(res.envs) != 2 {
 			t.Fatal(res, err)
 		}
-		again, err := q.takeRaw(ctx, 2, q.fetchField(), 9)
+		again, err := q.takeRaw(ctx, 2, q.fetchField(), 9, 0)
 		if err != nil || len(again.envs) != 2 || again.envs[0] != res.envs[0] || again.envs[1] != res.envs[1] || again.fence != res.fence {
 			t.Fatalf("repeat gave %d deliveries under fence %s (%v), want the same two under %s", len(again.envs), again.fence, err, res.fence)
 		}

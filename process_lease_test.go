@@ -308,7 +308,7 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 	const (
 		n        = 200
 		hold     = 5
-		prefetch = 5
+		prefetch = 10
 		ttr      = time.Second
 		queue    = "jobs"
 		// Redis counts leases in whole ms of its clock (the same clock as
@@ -354,10 +354,10 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 		t.Fatalf("the hung consumer holds %v (first attempts: %v), want %d on their first attempt", heldPayloads, heldMsg.get("first"), hold)
 	}
 	// Its consumer is blocked: its fetch loop refills the prefetch buffer
-	// until it is more than half full (the refill mark), and then waits for
-	// room that never comes. Hang it once it got there, so that it holds
-	// deliveries in both places.
-	const buffered = prefetch/2 + 1 // at least
+	// until the connection holds its prefetch limit (what its consumer
+	// holds counts), and then waits for room that never comes. Hang it
+	// once it got there, so that it holds deliveries in both places.
+	const buffered = prefetch - hold
 	procWait(t, 10*time.Second, "the hung consumer's prefetch buffer to fill", func() bool {
 		return mustStats(t, admin, queue).QueueStats[queue].Connections[hungConn].UnackedCount >= hold+buffered
 	}, func() string { return procQueueState(admin, queue) })

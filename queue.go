@@ -53,11 +53,14 @@ type Queue interface {
 	// SetPushQueue sets where Push moves deliveries (nil: Push rejects). A
 	// keyed delivery pushed on is upserted into the push queue by its key.
 	SetPushQueue(pushQueue Queue)
-	// StartConsuming starts fetching deliveries into a buffer of
-	// prefetchLimit, refilled in one Redis call when it is half empty (as in
-	// rmq, deliveries a consumer has taken and not yet settled do not
-	// count). An idle queue waits on Redis for at most pollDuration per call;
-	// a publish wakes it at once.
+	// StartConsuming starts fetching deliveries for this handle's
+	// consumers. As in rmq, prefetchLimit bounds the deliveries of the
+	// queue that the connection holds: fetched and waiting in the buffer,
+	// or handed to a consumer and not yet settled; the buffer is refilled
+	// in one Redis call as soon as there is room (letting room gather for
+	// a millisecond while it is more than half full). An idle queue waits
+	// on Redis for at most pollDuration per call; a publish wakes it at
+	// once.
 	StartConsuming(prefetchLimit int64, pollDuration time.Duration) error
 	// StopConsuming stops fetching; consumers finish their current delivery.
 	// Deliveries fetched but not yet handed to a consumer go back to the
@@ -397,10 +400,15 @@ func (q *redisQueue) AddBatchConsumerFunc(tag string, batchSize int64, timeout t
 	return q.AddBatchConsumer(tag, batchSize, timeout, batchConsumerFunc)
 }
 
-// fetchLoop keeps the buffer filled. It refills when the buffer is at most
-// half full, moving up to the free room from ready to this connection's
-// unacked storage in one script call. When ready is empty it blocks on
-// Redis until something is published or pollDuration passes.
+// fetchLoop keeps the buffer filled while the connection holds fewer than
+// prefetchLimit deliveries of the queue (buffered, or handed out and not
+// yet settled: rmq's rule, which fetch.lua enforces). It refills as soon as
+// there is room, moving up to the free room from ready to this
+// connection's unacked storage in one script call; while more than half
+// the buffer is full it lets room gather for up to refillPause first, so
+// that busy consumers do not cost a fetch per delivery. When ready is
+// empty it blocks on Redis until something is published or pollDuration
+// passes.
 func (q *redisQueue) fetchLoop() {
 	defer close(q.fetchDone)
 	ctx := context.Background() // the loop ends through q.stop and the waiter's interrupt
@@ -411,22 +419,35 @@ func (q *redisQueue) fetchLoop() {
 	q.mu.Unlock()
 	low := q.prefetchLimit / 2
 	errCount := 0
+	capped := false // the connection held its limit at the last fetch
 	for {
 		select {
 		case <-q.stop:
 			return
 		default:
 		}
-		if n := int64(len(q.buf)); n > low {
-			select {
-			case <-q.stop:
+		n := int64(len(q.buf))
+		switch {
+		case capped || n >= q.prefetchLimit:
+			// Wait for a consumer to take from the buffer or settle a
+			// delivery; a lease or a cleaner may also lower what the
+			// connection holds, so look again after pollDuration.
+			if !q.awaitRoom(q.pollDuration) {
 				return
-			case <-q.room:
 			}
+			capped = false
 			continue
+		case n > low:
+			if !q.gather(low) {
+				return
+			}
 		}
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
 		got, hint, err := q.fetch(ctx, want)
+		if err == nil && hint == hintCapped {
+			capped, errCount = true, 0
+			continue
+		}
 		if err == nil && int64(got) < want && hint != 0 {
 			err = w.wait(ctx, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
 		}
@@ -446,6 +467,44 @@ func (q *redisQueue) fetchLoop() {
 		}
 		errCount = 0
 	}
+}
+
+// hintCapped is fetch.lua's hint when the connection holds its limit.
+const hintCapped = -2
+
+// refillPause is how long the fetch loop lets room gather while more than
+// half the buffer is full (see fetchLoop).
+const refillPause = time.Millisecond
+
+// awaitRoom waits for room (a consumer took from the buffer, or a delivery
+// of this handle was settled) or d; false once consuming stops.
+func (q *redisQueue) awaitRoom(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-q.stop:
+		return false
+	case <-q.room:
+	case <-t.C:
+	}
+	return true
+}
+
+// gather waits until the buffer holds at most low deliveries or
+// refillPause passed; false once consuming stops.
+func (q *redisQueue) gather(low int64) bool {
+	t := time.NewTimer(refillPause)
+	defer t.Stop()
+	for int64(len(q.buf)) > low {
+		select {
+		case <-q.stop:
+			return false
+		case <-q.room:
+		case <-t.C:
+			return true
+		}
+	}
+	return true
 }
 
 // backoff returns how long to wait after the n-th consecutive failure:
@@ -481,7 +540,7 @@ func waitFor(poll time.Duration, hint int64) time.Duration {
 // the fetch script's hint (see fetch.lua).
 func (q *redisQueue) fetch(ctx context.Context, n int64) (int, int64, error) {
 	sent := time.Now()
-	t, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken)
+	t, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken, q.prefetchLimit)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -535,10 +594,11 @@ type taken struct {
 }
 
 // takeRaw runs the fetch script under a field of the replies hash and a
-// token (see fetch.lua).
-func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64) (taken, error) {
+// token (see fetch.lua), holding the connection's takes of the queue to
+// limit (0: no limit).
+func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64, limit int64) (taken, error) {
 	v, err := scripts.fetch.Run(ctx, q.conn.client, []string{q.keys.ready},
-		q.keys.prefix, q.conn.name, n, token, field).Slice()
+		q.keys.prefix, q.conn.name, n, token, field, limit).Slice()
 	if err != nil {
 		return taken{}, err
 	}

@@ -263,3 +263,43 @@ func TestDestroyKeepsForeignIDsUnique(t *testing.T) {
 		}
 	})
 }
+
+// As in rmq, the prefetch limit bounds what a connection holds of a queue:
+// buffered, and handed to consumers but not yet settled; a settle makes
+// room for one more at once.
+func TestPrefetchLimitBoundsWhatTheConnectionHolds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "limited", namespace())
+		q := openQueue(t, c, "jobs")
+		for i := 0; i < 20; i++ {
+			if err := q.Publish(fmt.Sprintf("d%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.StartConsuming(10, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "ten held, ten ready", func() bool {
+			r, _, u := counts(t, c, "jobs")
+			return r == 10 && u == 10
+		})
+		consumer := NewTestConsumer("slow")
+		consumer.AutoAck, consumer.AutoFinish = false, false
+		t.Cleanup(consumer.FinishAll)
+		if _, err := q.AddConsumer("slow", consumer); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the consumer to get one", func() bool { return consumer.Last() != nil })
+		time.Sleep(50 * time.Millisecond) // a fetch would have come by now
+		wantCounts(t, c, "jobs", 10, 0, 10)
+		if err := consumer.Last().Ack(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the ack to make room for one", func() bool {
+			r, _, u := counts(t, c, "jobs")
+			return r == 9 && u == 10
+		})
+		time.Sleep(50 * time.Millisecond)
+		wantCounts(t, c, "jobs", 9, 0, 10)
+	})
+}

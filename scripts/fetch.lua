@@ -7,7 +7,7 @@
 --
 -- hint tells the caller whether to wait: 0 means more may be ready now; n
 -- > 0 means the next delivery is due (or lease runs out) in n ms; -1 means
--- nothing is scheduled.
+-- nothing is scheduled; -2 means the connection holds its cap (below).
 --
 -- Refuses (error LOST) when the connection is not registered for the queue
 -- any more: a cleaner returned its deliveries.
@@ -32,10 +32,16 @@
 --
 -- Returns {e1, ..., en, fence, hint}.
 --
+-- With a cap ARGV[6] (a consumer's prefetch limit; 0: none), the
+-- connection holds at most that many takes of the queue, as in rmq: it
+-- takes at most the cap minus what it holds, and when it holds the cap it
+-- takes nothing and answers the hint -2.
+--
 -- KEYS[1] ready (routes the call)
 -- ARGV[1] queue prefix, ARGV[2] connection, ARGV[3] how many, ARGV[4]
--- token, ARGV[5] field
+-- token, ARGV[5] field, ARGV[6] cap
 local P, conn, n, token, field = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local cap = tonumber(ARGV[6])
 local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
 if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
   return redis.error_reply('LOST connection is not registered for this queue')
@@ -69,6 +75,13 @@ if lt == tonumber(token) then
   return out
 end
 expire_leases(P, now, 100)
+if cap > 0 then
+  local room = cap - redis.call('HLEN', uk)
+  if room <= 0 then
+    return {0, -2}
+  end
+  n = math.min(n, room)
+end
 promote(P, now, math.max(n, 100))
 local items, more = pop_ready(P, n)
 -- Kept deliveries are compacted to the front of items (dropped ones are
