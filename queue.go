@@ -58,7 +58,7 @@ type Queue interface {
 	// queue that the connection holds: fetched and waiting in the buffer,
 	// or handed to a consumer and not yet settled; the buffer is refilled
 	// in one Redis call as soon as there is room (letting room gather for
-	// a millisecond while it is more than half full). An idle queue waits
+	// two milliseconds while it is more than half full). An idle queue waits
 	// on Redis for at most pollDuration per call; a publish wakes it at
 	// once.
 	StartConsuming(prefetchLimit int64, pollDuration time.Duration) error
@@ -474,7 +474,7 @@ const hintCapped = -2
 
 // refillPause is how long the fetch loop lets room gather while more than
 // half the buffer is full (see fetchLoop).
-const refillPause = time.Millisecond
+const refillPause = 2 * time.Millisecond
 
 // awaitRoom waits for room (a consumer took from the buffer, or a delivery
 // of this handle was settled) or d; false once consuming stops.
