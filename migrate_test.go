@@ -285,7 +285,9 @@ func TestMigrateFromRmq(t *testing.T) {
 			forEachRmqBackend(t, func(t *testing.T, b backend) {
 				ctx := context.Background()
 				f := rmqFixture{t: t, c: b.client, l: layout}
-				trace := func(i int) http.Header { return http.Header{"Trace-Id": {"t" + strconv.Itoa(i)}, "X-Multi": {"a", "b"}} }
+				trace := func(i int) http.Header {
+					return http.Header{"Trace-Id": {"t" + strconv.Itoa(i)}, "X-Multi": {"a", "b"}}
+				}
 				var published []got
 				for i := range 12 {
 					p := "r" + strconv.Itoa(i)
@@ -302,7 +304,7 @@ func TestMigrateFromRmq(t *testing.T) {
 				f.connection("dead-1", false)
 				f.connection("live-1", true)
 				f.connection("idle-1", false)
-				f.take("dead-1", "tasks", 4)            // r0..r3
+				f.take("dead-1", "tasks", 4)             // r0..r3
 				liveHeld := f.take("live-1", "tasks", 2) // r4, r5
 				f.reject("tasks", "j0", withHeader("j1", trace(1)), "j2")
 				f.take("dead-1", "emails", 1) // e0
@@ -379,5 +381,413 @@ func TestMigrateFromRmq(t *testing.T) {
 					[]got{{payload: "e0", attempts: 2}, {payload: "e1", attempts: 1}, {payload: "e2", attempts: 1}})
 			})
 		})
+	}
+}
+
+// A run stopped after any number of chunks, then run again (with more
+// published in rmq meanwhile), ends with every payload in redq once and in
+// order; the interrupted run needs no Merge to be continued.
+func TestMigrateInterruptedAndRerun(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[1]}
+		var ready, held, rejected []got
+		for i := range 40 {
+			p := "r" + strconv.Itoa(i)
+			g := got{payload: p, attempts: 1}
+			if i%4 == 1 {
+				g.header = http.Header{"N": {strconv.Itoa(i)}}
+				p = withHeader(p, g.header)
+			}
+			f.publish("q", p)
+			ready = append(ready, g)
+		}
+		f.connection("gone", false)
+		f.take("gone", "q", 7)
+		for _, g := range ready[:7] {
+			g.attempts = 2
+			held = append(held, g)
+		}
+		ready = ready[7:]
+		for i := range 5 {
+			p := "j" + strconv.Itoa(i)
+			f.reject("q", p)
+			rejected = append(rejected, got{payload: p, attempts: 1})
+		}
+
+		runs, stops := 0, 0
+		for k := 1; ; k += 2 {
+			runs++
+			ctx, cancel := context.WithCancel(context.Background())
+			chunks, seen := 0, int64(0)
+			r, err := MigrateFromRmq(ctx, b.client, MigrateOptions{ChunkSize: 3, Progress: func(p MigrateProgress) {
+				seen = p.Moved
+				if chunks++; chunks == k {
+					cancel()
+				}
+			}})
+			cancel()
+			if err == nil {
+				if chunks > k {
+					t.Fatalf("run %d went on after its context was cancelled", runs)
+				}
+				break
+			}
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "run it again") {
+				t.Fatalf("run %d: %v", runs, err)
+			}
+			if chunks != k || r.Moved() != seen || seen == 0 {
+				t.Fatalf("run %d was cancelled after chunk %d, ran %d chunks and reports %d moved, progress %d", runs, k, chunks, r.Moved(), seen)
+			}
+			stops++
+			if runs == 2 {
+				// rmq publishers go on meanwhile
+				for i := 40; i < 44; i++ {
+					p := "r" + strconv.Itoa(i)
+					f.publish("q", p)
+					ready = append(ready, got{payload: p, attempts: 1})
+				}
+			}
+		}
+		if stops < 3 {
+			t.Fatalf("only %d runs were interrupted", stops)
+		}
+		wantGot(t, "ready", consumeAll(t, b.client, DefaultNamespace, "q"), append(held, ready...))
+		wantGot(t, "rejected", consumeRejected(t, b.client, DefaultNamespace, "q"), rejected)
+		for _, l := range rmqLayouts {
+			for _, k := range []string{l.ready("q"), l.rejected("q"), l.unacked("gone", "q")} {
+				if b.client.Exists(context.Background(), k).Val() != 0 {
+					t.Fatalf("%s is left", k)
+				}
+			}
+		}
+	})
+}
+
+// go-redis sends a command again when a reply is lost: the same chunk call
+// sent twice moves once and answers the first reply.
+func TestMigrateResentChunk(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		f.publish("q", "a", withHeader("b", http.Header{"H": {"1"}}), "c", "d")
+		k := newQueueKeys(DefaultNamespace, "q")
+		keys := []string{f.l.ready("q"), k.ready, k.prefix + ":rmq"}
+		call := func(token string) []int64 {
+			t.Helper()
+			v, err := migrateRmqScript.Run(ctx, b.client, keys, token, 2, "back", "123456", "ready").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := int64s(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		first := call("run:1")
+		if !slices.Equal(first, []int64{2, 1, 0, 0}) {
+			t.Fatalf("first call: %v", first)
+		}
+		if again := call("run:1"); !slices.Equal(again, first) {
+			t.Fatalf("the same call again answered %v, first %v", again, first)
+		}
+		if n := b.client.LLen(ctx, k.ready).Val(); n != 2 {
+			t.Fatalf("redq's ready holds %d after a resent call, want 2", n)
+		}
+		if next := call("run:2"); !slices.Equal(next, []int64{2, 0, 0, 0}) {
+			t.Fatalf("the next call: %v", next)
+		}
+		if next := call("run:3"); !slices.Equal(next, []int64{0, 0, 0, 0}) {
+			t.Fatalf("a call on an empty list: %v", next)
+		}
+		rec := b.client.HGetAll(ctx, k.prefix+":rmq").Val()
+		if rec["ready"] != "4" || rec["seq"] != "4" {
+			t.Fatalf("record: %v", rec)
+		}
+		wantGot(t, "q", consumeAll(t, b.client, DefaultNamespace, "q"),
+			[]got{{payload: "a", attempts: 1}, {payload: "b", header: http.Header{"H": {"1"}}, attempts: 1}, {payload: "c", attempts: 1}, {payload: "d", attempts: 1}})
+	})
+}
+
+// An rmq connection whose heartbeat comes back while its unacked list is
+// being moved keeps the rest: the check runs in each chunk's script.
+func TestMigrateDeadConnectionComesBack(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		f.publish("q", "a", "b", "c", "d", "e", "f")
+		f.connection("zombie", false)
+		f.take("zombie", "q", 6)
+		calls := 0
+		r := migrate(t, b.client, MigrateOptions{ChunkSize: 2, Progress: func(MigrateProgress) {
+			if calls++; calls == 1 {
+				// SIGCONT: the paused rmq consumer refreshes its heartbeat
+				f.must(b.client.Set(ctx, rmqHeartbeatKey("zombie"), "1", time.Minute).Err())
+			}
+		}})
+		if want := []RmqHolding{{"zombie", "q", 2}}; !reflect.DeepEqual(r.Dead, want) {
+			t.Fatalf("dead: %v, want %v\n%s", r.Dead, want, r)
+		}
+		if want := []RmqHolding{{"zombie", "q", 4}}; !reflect.DeepEqual(r.Live, want) {
+			t.Fatalf("live: %v, want %v\n%s", r.Live, want, r)
+		}
+		// The first chunk took its newest takes (to push them to the front
+		// behind the older ones that were to follow).
+		if held := b.client.LRange(ctx, f.l.unacked("zombie", "q"), 0, -1).Val(); !slices.Equal(held, []string{"d", "c", "b", "a"}) {
+			t.Fatalf("the connection holds %q", held)
+		}
+		wantGot(t, "q", consumeAll(t, b.client, DefaultNamespace, "q"), plainGot(2, "e", "f"))
+	})
+}
+
+// A redq queue that holds deliveries already is refused unless Merge is
+// set, and then rmq's line up behind redq's (a dead connection's in front,
+// as a cleaner returns them). An empty queue, or one holding only the wake
+// marker, is no clash.
+func TestMigrateNamespaceClash(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[1]}
+		f.publish("tasks", "r0", "r1", "r2")
+		f.connection("dead", false)
+		f.take("dead", "tasks", 1)
+		f.reject("tasks", "j0")
+		f.publish("idle", "i0")
+		f.publish("opened", "o0")
+
+		conn := openT(t, b, "redq-side", WithNamespace("app"))
+		if err := openQueue(t, conn, "tasks").Publish("x0", "x1"); err != nil {
+			t.Fatal(err)
+		}
+		openQueue(t, conn, "opened") // registered, empty: no clash
+		if err := b.client.LPush(ctx, newQueueKeys("app", "idle").ready, migrateWakeMarker).Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		before := dbSnapshot(t, b.client)
+		for _, dry := range []bool{true, false} {
+			r, err := MigrateFromRmq(ctx, b.client, MigrateOptions{Namespace: "app", DryRun: dry})
+			var refused *MigrationRefusedError
+			if !errors.As(err, &refused) || !errors.Is(err, ErrorMigrationRefused) || len(refused.Problems) != 1 ||
+				refused.Problems[0].Queue != "tasks" || !strings.Contains(err.Error(), `already holds 2 deliveries`) ||
+				!strings.Contains(err.Error(), "--merge") {
+				t.Fatalf("dry run %v: %v", dry, err)
+			}
+			if !r.DryRun || r.Moved() != 6 {
+				t.Fatalf("a refused run reports:\n%s", r)
+			}
+		}
+		sameDB(t, "a refused run", before, dbSnapshot(t, b.client))
+
+		migrate(t, b.client, MigrateOptions{Namespace: "app", Merge: true})
+		wantGot(t, "tasks", consumeAll(t, b.client, "app", "tasks"),
+			append(plainGot(2, "r0"), plainGot(1, "x0", "x1", "r1", "r2")...))
+		wantGot(t, "idle", consumeAll(t, b.client, "app", "idle"), plainGot(1, "i0"))
+		wantGot(t, "opened", consumeAll(t, b.client, "app", "opened"), plainGot(1, "o0"))
+		wantGot(t, "rejected", consumeRejected(t, b.client, "app", "tasks"), plainGot(1, "j0"))
+
+		// Side by side: rmq publishers go on, redq's queue holds its own
+		// deliveries now, and a later run (without Merge) adds rmq's.
+		if err := openQueue(t, conn, "tasks").Publish("x2"); err != nil {
+			t.Fatal(err)
+		}
+		f.publish("tasks", "r3")
+		migrate(t, b.client, MigrateOptions{Namespace: "app"})
+		wantGot(t, "tasks", consumeAll(t, b.client, "app", "tasks"), plainGot(1, "x2", "r3"))
+	})
+}
+
+// Queue names redq refuses: the run is refused, naming each queue that
+// holds something, and nothing moves; without them the others move.
+func TestMigrateRefusesInvalidQueueNames(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		f.publish("good", "g0")
+		f.publish("has space", "s0")
+		f.openQueue("a:b")
+		f.reject("a:b", "c0")
+		f.openQueue("{empty}")
+
+		before := dbSnapshot(t, b.client)
+		r, err := MigrateFromRmq(ctx, b.client, MigrateOptions{})
+		var refused *MigrationRefusedError
+		if !errors.As(err, &refused) || len(refused.Problems) != 2 {
+			t.Fatalf("err %v\n%s", err, r)
+		}
+		for _, want := range []string{`queue "a:b": the name is not a valid redq queue name: byte 1 (':')`, `queue "has space"`, "--queues"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%q lacks %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "{empty}") || !strings.Contains(queueReport(t, r, "{empty}").Note, "holds nothing to move") {
+			t.Fatalf("an empty queue with a bad name is only noted: %v\n%s", err, r)
+		}
+		sameDB(t, "a refused run", before, dbSnapshot(t, b.client))
+
+		r = migrate(t, b.client, MigrateOptions{Queues: []string{"good"}})
+		if r.Moved() != 1 || len(r.Queues) != 1 {
+			t.Fatalf("moved:\n%s", r)
+		}
+		if n := b.client.LLen(ctx, f.l.ready("has space")).Val(); n != 1 {
+			t.Fatalf("the refused queue lost deliveries: %d left", n)
+		}
+		wantGot(t, "good", consumeAll(t, b.client, DefaultNamespace, "good"), plainGot(1, "g0"))
+	})
+}
+
+// No rmq data, a queue rmq does not know, bad options and clients: clear
+// errors, and nothing changes.
+func TestMigrateBadInput(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		for _, opts := range []MigrateOptions{{}, {DryRun: true}, {Queues: []string{"tasks"}}} {
+			_, err := MigrateFromRmq(ctx, b.client, opts)
+			if !errors.Is(err, ErrorNoRmqData) || !strings.Contains(err.Error(), "rmq::queues") {
+				t.Fatalf("%+v on an empty Redis: %v", opts, err)
+			}
+		}
+		b.client.Set(ctx, "other", "app", 0)
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		f.publish("tasks", "t0")
+		before := dbSnapshot(t, b.client)
+		_, err := MigrateFromRmq(ctx, b.client, MigrateOptions{Queues: []string{"tasks", "taks"}})
+		if !errors.Is(err, ErrorMigrationRefused) || !strings.Contains(err.Error(), `queue "taks": no such rmq queue`) {
+			t.Fatalf("a queue rmq does not know: %v", err)
+		}
+		for _, tc := range []struct {
+			client redis.UniversalClient
+			opts   MigrateOptions
+			want   string
+		}{
+			{b.client, MigrateOptions{ChunkSize: -1}, "chunk size"},
+			{b.client, MigrateOptions{ChunkSize: MaxMigrateChunk + 1}, "chunk size"},
+			{b.client, MigrateOptions{Namespace: "a b"}, "namespace"},
+			{b.client, MigrateOptions{HashTags: 7}, "hash tags"},
+			{b.client, MigrateOptions{Queues: []string{""}}, "queue name"},
+			{nil, MigrateOptions{}, "redis client"},
+			{redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), MigrateOptions{}, "ring"},
+		} {
+			_, err := MigrateFromRmq(ctx, tc.client, tc.opts)
+			if !errors.Is(err, ErrorInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%+v: %v", tc.opts, err)
+			}
+		}
+		sameDB(t, "bad input", before, dbSnapshot(t, b.client))
+	})
+}
+
+// Both layouts in one Redis: auto moves both, on and off one each.
+func TestMigrateLayouts(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		plain := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		tagged := rmqFixture{t: t, c: b.client, l: rmqLayouts[1]}
+		plain.publish("q", "p0")
+		tagged.publish("q", "t0")
+		r := migrate(t, b.client, MigrateOptions{Namespace: "on", HashTags: RmqHashTagsOn})
+		if q := queueReport(t, r, "q"); q.Ready != 1 || !slices.Equal(q.Layouts, []string{"hash tags"}) {
+			t.Fatalf("on:\n%s", r)
+		}
+		r = migrate(t, b.client, MigrateOptions{Namespace: "off", HashTags: RmqHashTagsOff})
+		if q := queueReport(t, r, "q"); q.Ready != 1 || !slices.Equal(q.Layouts, []string{"plain"}) {
+			t.Fatalf("off:\n%s", r)
+		}
+		wantGot(t, "on", consumeAll(t, b.client, "on", "q"), plainGot(1, "t0"))
+		wantGot(t, "off", consumeAll(t, b.client, "off", "q"), plainGot(1, "p0"))
+		plain.publish("q", "p1")
+		tagged.publish("q", "t1")
+		r = migrate(t, b.client, MigrateOptions{Namespace: "auto"})
+		if q := queueReport(t, r, "q"); q.Ready != 2 || !slices.Equal(q.Layouts, []string{"plain", "hash tags"}) {
+			t.Fatalf("auto:\n%s", r)
+		}
+		wantGot(t, "auto", consumeAll(t, b.client, "auto", "q"), plainGot(1, "p1", "t1"))
+	})
+}
+
+// rmq header lines: what becomes a redq header is exactly what Go's
+// encoding/json reads as an http.Header, which is what rmq's
+// ExtractHeaderAndPayload accepts; anything else moves whole as the payload.
+func TestMigrateHeaderLines(t *testing.T) {
+	lines := []string{
+		`{"A":["1"]}`, `{"A":["1","2"],"B":["3"]}`, `{}`, `null`, ` null `, `{"A":null}`, `{"A":[]}`,
+		`{"A":["x",null]}`, ` { "A" : [ "x" , "y" ] } `, "{\t\"A\":[\"x\"]\r}", `{"A":["\u00e9\n\"\\\/\b\f\r\t"]}`,
+		`{"A":["\ud800"]}`, `{"A":["é"]}`, "{\"A\":[\"\xff\xfe\"]}", "{\"A\":[\"\x7f\"]}", `{"":[""]}`, `{"\"":["]"]}`,
+		`{"A":["1"],"A":["2"]}`, `{"A":["[{,:}]"]}`,
+		// not an http.Header, or not JSON
+		``, ` `, `nul`, `nullx`, `[]`, `"A"`, `1`, `{"A":{}}`, `{"A":[1]}`, `{"A":"x"}`, `{"A":[["x"]]}`,
+		`{"A":[true]}`, `{"A":["x"],}`, `{"A":["x",]}`, `{"A":["x"]} x`, `{"A":["x"]`, `{"A":["x"}`, `{"A"["x"]}`,
+		`{A:["x"]}`, `{"A":["\x"]}`, `{"A":["\u12"]}`, `{"A":["\u12g4"]}`, "{\"A\":[\"tab\there\"]}", "{\"A\":[\"nul\x00\"]}",
+		`{"A":nullx}`, `{"A":[nul]}`, `{"A":["x"]}{`, `{,}`, `{"A":["x"],,"B":[]}`, `{"A":["x"] "B":[]}`, `{"A":["x"`,
+	}
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		var want []got
+		var readable, unreadable int64
+		for i, line := range lines {
+			raw := rmqHeaderSig + line + "\nbody" + strconv.Itoa(i)
+			f.publish("h", raw)
+			var h http.Header
+			if err := json.Unmarshal([]byte(line), &h); err != nil {
+				want = append(want, got{payload: raw, attempts: 1})
+				unreadable++
+				continue
+			}
+			if strings.TrimSpace(line) != "null" {
+				readable++
+			}
+			want = append(want, got{payload: "body" + strconv.Itoa(i), header: h, attempts: 1})
+		}
+		// A signature without a header line at all.
+		f.publish("h", rmqHeaderSig+`{"A":["x"]}`)
+		want = append(want, got{payload: rmqHeaderSig + `{"A":["x"]}`, attempts: 1})
+		unreadable++
+		r := migrate(t, b.client, MigrateOptions{ChunkSize: 7})
+		if q := queueReport(t, r, "h"); q.Headers != readable || q.UnreadableHeaders != unreadable {
+			t.Fatalf("headers %d, unreadable %d; want %d and %d\n%s", q.Headers, q.UnreadableHeaders, readable, unreadable, r)
+		}
+		gotten := consumeAll(t, b.client, DefaultNamespace, "h")
+		if len(gotten) != len(want) {
+			t.Fatalf("got %d deliveries, want %d", len(gotten), len(want))
+		}
+		for i := range want {
+			g, w := gotten[i], want[i]
+			if g.payload != w.payload || !reflect.DeepEqual(g.header, w.header) && !(len(g.header) == 0 && len(w.header) == 0) {
+				line := "(none)"
+				if i < len(lines) {
+					line = lines[i]
+				}
+				t.Errorf("header line %q: got %v, want %v", line, g, w)
+			}
+		}
+	})
+}
+
+func TestKeySlot(t *testing.T) {
+	for key, want := range map[string]uint16{
+		"123456789": 12739, "foo": 12182, "{foo}.bar": 12182, "a{foo}b{bar}": 12182, "{}foo": keySlot("{}foo"),
+		"rmq::queue::{tasks}::ready": keySlot("redq:{tasks}:ready"),
+	} {
+		if got := keySlot(key); got != want {
+			t.Errorf("slot of %q is %d, want %d", key, got, want)
+		}
+	}
+	if keySlot("{}foo") == keySlot("foo") {
+		t.Errorf("an empty hash tag counts as none: the whole key is hashed")
+	}
+	if keySlot("rmq::queue::[tasks]::ready") == keySlot("redq:{tasks}:ready") {
+		t.Errorf("the plain layout is in another slot")
+	}
+}
+
+// The script gets the helpers it uses from lib.lua.
+func TestMigrateScriptCarriesItsHelpers(t *testing.T) {
+	full := withHelpers(readScript("lib"), readScript("migrate_rmq"))
+	for _, def := range []string{"local MARKER", "local function drop_marker"} {
+		if !strings.Contains(full, def) {
+			t.Errorf("migrate_rmq.lua lacks %q", def)
+		}
+	}
+	if strings.Contains(full, "local function push_ready") {
+		t.Errorf("migrate_rmq.lua carries helpers it does not use")
 	}
 }
