@@ -791,3 +791,56 @@ func TestMigrateScriptCarriesItsHelpers(t *testing.T) {
 		t.Errorf("migrate_rmq.lua carries helpers it does not use")
 	}
 }
+
+// A context that ends while a chunk's script is under way lets that chunk
+// finish and be counted, also on a client that gives up reading a reply
+// when its context's deadline passes: what each run reports is what moved.
+func TestMigrateCancelDuringAChunk(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		o := *b.client.(*redis.Client).Options()
+		o.ContextTimeoutEnabled = true
+		impatient := redis.NewClient(&o)
+		defer impatient.Close()
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
+		n, chunk := 30000, 2000
+		if b.mini != nil {
+			n, chunk = 6000, 500 // miniredis runs scripts far slower
+		}
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = strconv.Itoa(i) + strings.Repeat(".", 90)
+		}
+		f.publish("q", payloads...)
+		ready := newQueueKeys(DefaultNamespace, "q").ready
+		var reported int64
+		for run := 0; ; run++ {
+			cctx, cancel := context.WithTimeout(ctx, time.Duration(1+run%5)*time.Millisecond)
+			r, err := MigrateFromRmq(cctx, impatient, MigrateOptions{ChunkSize: chunk})
+			cancel()
+			reported += r.Moved()
+			if in := b.client.LLen(ctx, ready).Val(); in != reported {
+				t.Fatalf("run %d: redq holds %d, the runs reported %d moved (%v)", run, in, reported, err)
+			}
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("run %d: %v", run, err)
+			}
+			if run > 200 {
+				t.Fatal("the migration never completed")
+			}
+		}
+		if reported != int64(n) {
+			t.Fatalf("moved %d of %d", reported, n)
+		}
+		drained, err := openQueue(t, openT(t, b, "drain"), "q").Drain(int64(n) + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(drained, payloads) {
+			t.Fatalf("redq holds %d deliveries, not the %d published in order", len(drained), n)
+		}
+	})
+}
