@@ -97,7 +97,7 @@ func (f rmqFixture) take(conn, q string, n int) []string {
 	f.must(f.c.SAdd(ctx, "rmq::connection::"+conn+"::queue::"+f.l.queue(q)+"::consumers", "consumer-abc123").Err())
 	var got []string
 	for range n {
-		p, err := f.c.RPopLPush(ctx, f.l.ready(q), f.l.unacked(conn, q)).Result()
+		p, err := f.c.LMove(ctx, f.l.ready(q), f.l.unacked(conn, q), "RIGHT", "LEFT").Result() // rmq's RPOPLPUSH
 		if err != nil {
 			f.t.Fatalf("take: %v", err)
 		}
