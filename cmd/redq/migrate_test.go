@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redq/redq"
+	"github.com/redq/redq/internal/redistest"
 )
 
 // rmqLayout writes keys as rmq v5 does: with cluster hash tags ({q}) or
@@ -308,4 +309,41 @@ func TestMigrateFromRmqCommandInterrupted(t *testing.T) {
 			t.Fatalf("redq got %d deliveries, not the %d published in order", len(p), n)
 		}
 	})
+}
+
+// --cluster talks to a Redis Cluster: rmq's layout with hash tags moves,
+// its plain layout is refused with the reason.
+func TestMigrateFromRmqCommandCluster(t *testing.T) {
+	s := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes"))
+	ctx := context.Background()
+	node := s.Client(t)
+	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(node.ClusterInfo(ctx).Val(), "cluster_state:ok") {
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster did not become ok")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tg := newTarget(t, s.Addr())
+	tags := rmqLayout{t: t, c: tg.client, tagged: true}
+	tags.publish("tasks", "t0", "t1")
+	tags.take("dead", false, "tasks", 1)
+	out := mustRedq(t, tg.args("migrate-from-rmq", "--cluster")...)
+	if !strings.Contains(out, "moved 2 deliveries (ready 1, rejected 0, unacked of dead connections 1)") {
+		t.Fatalf("output:\n%s", out)
+	}
+	wantQueue(t, tg.stats(t), "tasks", 2, 0, 0)
+
+	plain := rmqLayout{t: t, c: tg.client}
+	plain.publish("tasks", "p0")
+	code, _, stderr := redqRun(t, tg.args("migrate-from-rmq", "--cluster")...)
+	if code != 1 || !strings.Contains(stderr, "rmq::queue::[tasks]::ready (plain layout) is in slot") {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if out := mustRedq(t, tg.args("migrate-from-rmq", "--cluster", "--hash-tags", "on")...); !strings.Contains(out, "moved 0 deliveries") {
+		t.Fatalf("--hash-tags on:\n%s", out)
+	}
 }
