@@ -74,8 +74,9 @@ type MigrateOptions struct {
 	// MigrationRefusedError) and nothing at all moves. A queue that an
 	// earlier run started to fill is never a clash.
 	Merge bool
-	// ChunkSize is how many deliveries one script call moves: 0 means
-	// DefaultMigrateChunk; at most MaxMigrateChunk.
+	// ChunkSize is how many deliveries one script call moves at most: 0
+	// means DefaultMigrateChunk; at most MaxMigrateChunk. A call also stops
+	// once it holds about 8 MiB of payloads.
 	ChunkSize int
 	// Progress, if set, is called after every chunk, on the goroutine of
 	// MigrateFromRmq.
@@ -413,11 +414,11 @@ func (m *migration) layouts() []rmqLayout {
 func (m *migration) discover(ctx context.Context) error {
 	listed, err := m.client.SMembers(ctx, rmqQueuesKey).Result()
 	if err != nil {
-		return fmt.Errorf("redq: read rmq's queues (%s): %w", rmqQueuesKey, err)
+		return readErr(ctx, "read rmq's queues ("+rmqQueuesKey+")", err)
 	}
 	conns, err := m.client.SMembers(ctx, rmqConnectionsKey).Result()
 	if err != nil {
-		return fmt.Errorf("redq: read rmq's connections (%s): %w", rmqConnectionsKey, err)
+		return readErr(ctx, "read rmq's connections ("+rmqConnectionsKey+")", err)
 	}
 	slices.Sort(conns)
 	names := slices.Clone(m.opts.Queues)
@@ -440,7 +441,7 @@ func (m *migration) discover(ctx context.Context) error {
 		consumed[i] = pipe.SMembers(ctx, rmqConnQueuesKey(c))
 	}
 	if err := execPipe(ctx, pipe); err != nil {
-		return fmt.Errorf("redq: read rmq's connections: %w", err)
+		return readErr(ctx, "read rmq's connections", err)
 	}
 
 	// Every list of every queue, in both layouts unless told.
@@ -473,7 +474,7 @@ func (m *migration) discover(ctx context.Context) error {
 		}
 	}
 	if err := execPipe(ctx, pipe); err != nil {
-		return fmt.Errorf("redq: read rmq's lists: %w", err)
+		return readErr(ctx, "read rmq's lists", err)
 	}
 	for _, l := range lens {
 		l.src.count = l.cmd.Val()
@@ -544,7 +545,7 @@ func (m *migration) discoverRedq(ctx context.Context) error {
 		return nil
 	}
 	if err := execPipe(ctx, pipe); err != nil {
-		return fmt.Errorf("redq: read namespace %q: %w", m.ns, err)
+		return readErr(ctx, "read namespace "+strconv.Quote(m.ns), err)
 	}
 	pipe = m.client.Pipeline()
 	unacked := make([][]*redis.IntCmd, len(probes))
@@ -554,7 +555,7 @@ func (m *migration) discoverRedq(ctx context.Context) error {
 		}
 	}
 	if err := execPipe(ctx, pipe); err != nil {
-		return fmt.Errorf("redq: read namespace %q: %w", m.ns, err)
+		return readErr(ctx, "read namespace "+strconv.Quote(m.ns), err)
 	}
 	for i, p := range probes {
 		n := p.ready.Val() + p.levels.Val() + p.delayed.Val() + p.rejected.Val() + p.kpend.Val()
@@ -747,8 +748,8 @@ func (m *migration) moveSource(ctx context.Context, q *migrateQueue, s *migrateS
 		if m.opts.Progress != nil {
 			m.opts.Progress(MigrateProgress{Queue: q.rep.Name, Moved: m.moved, Total: m.total, Elapsed: time.Since(m.start)})
 		}
-		if r[0] < n {
-			break // rmq consumers took some meanwhile
+		if r[0] == 0 {
+			break // rmq consumers took the rest meanwhile
 		}
 	}
 	if s.kind == "unacked" && moved > 0 {
@@ -797,6 +798,16 @@ func (m *migration) report() MigrateReport {
 		r.Queues = append(r.Queues, q.rep)
 	}
 	return r
+}
+
+// readErr is the error of a read that failed, before anything moved; when
+// ctx ended it says so (a client with ContextTimeoutEnabled reports an
+// i/o timeout instead).
+func readErr(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("redq: %s: %w (%v); nothing moved", what, cerr, err)
+	}
+	return fmt.Errorf("redq: %s: %w", what, err)
 }
 
 // migrateRmqScript moves one chunk (scripts/migrate_rmq.lua).

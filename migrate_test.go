@@ -666,7 +666,7 @@ func TestMigrateBadInput(t *testing.T) {
 			{b.client, MigrateOptions{HashTags: 7}, "hash tags"},
 			{b.client, MigrateOptions{Queues: []string{""}}, "queue name"},
 			{nil, MigrateOptions{}, "redis client"},
-			{redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), MigrateOptions{}, "ring"},
+			{new(redis.Ring), MigrateOptions{}, "ring"},
 		} {
 			_, err := MigrateFromRmq(ctx, tc.client, tc.opts)
 			if !errors.Is(err, ErrorInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
@@ -798,9 +798,7 @@ func TestMigrateScriptCarriesItsHelpers(t *testing.T) {
 func TestMigrateCancelDuringAChunk(t *testing.T) {
 	forEachRmqBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		o := *b.client.(*redis.Client).Options()
-		o.ContextTimeoutEnabled = true
-		impatient := redis.NewClient(&o)
+		impatient := redis.NewClient(&redis.Options{Addr: b.client.(*redis.Client).Options().Addr, ContextTimeoutEnabled: true})
 		defer impatient.Close()
 		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[0]}
 		n, chunk := 30000, 2000
@@ -842,5 +840,31 @@ func TestMigrateCancelDuringAChunk(t *testing.T) {
 		if !slices.Equal(drained, payloads) {
 			t.Fatalf("redq holds %d deliveries, not the %d published in order", len(drained), n)
 		}
+	})
+}
+
+// Large payloads: a chunk stops at about 8 MiB, so it takes several calls,
+// and every payload still arrives once, in order.
+func TestMigrateLargePayloads(t *testing.T) {
+	forEachRmqBackend(t, func(t *testing.T, b backend) {
+		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[1]}
+		var want []got
+		for i := range 40 {
+			p := strconv.Itoa(i) + strings.Repeat("x", 1<<20)
+			f.publish("big", p)
+			want = append(want, got{payload: p, attempts: 1})
+		}
+		f.connection("dead", false)
+		f.take("dead", "big", 20)
+		for i := range want[:20] {
+			want[i].attempts = 2
+		}
+		calls := 0
+		r := migrate(t, b.client, MigrateOptions{Progress: func(MigrateProgress) { calls++ }})
+		wantQueueReport(t, r, "big", 20, 0, 20, 0)
+		if calls < 4 {
+			t.Fatalf("40 MiB moved in %d calls", calls)
+		}
+		wantGot(t, "big", consumeAll(t, b.client, DefaultNamespace, "big"), want)
 	})
 }

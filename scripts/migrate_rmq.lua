@@ -1,6 +1,7 @@
 -- Move one chunk of an rmq v5 list into redq's layout (see migrate.go): take
--- up to ARGV[2] items off the rmq list KEYS[1], wrap each in a delivery
--- envelope and push them into the redq list KEYS[2], in one atomic step.
+-- up to ARGV[2] items (and about BUDGET bytes) off the rmq list KEYS[1],
+-- wrap each in a delivery envelope and push them into the redq list
+-- KEYS[2], in one atomic step.
 --
 -- ARGV[3] is the mode:
 --   back   an rmq ready or rejected list (LPUSHed, oldest at the right):
@@ -61,13 +62,34 @@ end
 if dt ~= 'none' and dt ~= 'list' then
   return redis.error_reply('WRONGTYPE ' .. dst .. ' is a ' .. dt .. ', not a list: nothing moved')
 end
-local items
-if front then
-  items = redis.call('LRANGE', src, 0, n - 1)
-else
-  items = redis.call('LRANGE', src, -n, -1)
+-- Read the items in the order they move (oldest first from the right end,
+-- or newest take first from the left), in slices that double from 16, and
+-- stop at n items or once they hold BUDGET bytes: a chunk of large payloads
+-- stays small in Lua's memory and in the time it holds Redis.
+local BUDGET = 8388608
+local items, k, bytes, step = {}, 0, 0, 16
+while k < n and bytes < BUDGET do
+  local want, got = math.min(step, n - k), nil
+  if front then
+    got = redis.call('LRANGE', src, k, k + want - 1)
+    for i = 1, #got do
+      k = k + 1
+      items[k] = got[i]
+      bytes = bytes + #got[i]
+    end
+  else
+    got = redis.call('LRANGE', src, -(k + want), -(k + 1))
+    for i = #got, 1, -1 do
+      k = k + 1
+      items[k] = got[i]
+      bytes = bytes + #got[i]
+    end
+  end
+  if #got < want then
+    break
+  end
+  step = step * 2
 end
-local k = #items
 if k == 0 then
   return {0, 0, 0, 0}
 end
@@ -211,12 +233,7 @@ local plain3 = attempts .. ',0,0,0,0,0;'
 local headers, unreadable = 0, 0
 local out = {}
 for i = 1, k do
-  local x
-  if front then
-    x = items[i]
-  else
-    x = items[k - i + 1]
-  end
+  local x = items[i]
   local id = prefix .. bytes((seq + i) % 4294967296, 4)
   local e = nil
   if string.sub(x, 1, 5) == SIG then
