@@ -360,6 +360,19 @@ func TestMigrateFromRmq(t *testing.T) {
 					t.Fatalf("redq's queues set: %v", queues)
 				}
 
+				// Every delivery got an id of its own, which tells when it moved.
+				ids := map[string]bool{}
+				for _, k := range []string{"app:{tasks}:ready", "app:{tasks}:rejected", "app:{emails}:ready"} {
+					for _, e := range b.client.LRange(ctx, k, 0, -1).Val() {
+						env, ok := decodeEnvelope(e)
+						if !ok || ids[env.id] || time.Since(publishedAt(env.id)) > time.Minute {
+							t.Fatalf("%s holds %q: a well-formed envelope %v, id seen before %v, published at %v",
+								k, e, ok, ids[env.id], publishedAt(env.id))
+						}
+						ids[env.id] = true
+					}
+				}
+
 				again := dbSnapshot(t, b.client)
 				r2 := migrate(t, b.client, MigrateOptions{Namespace: "app"})
 				if r2.Moved() != 0 {
