@@ -58,8 +58,8 @@ type MigrateOptions struct {
 	// DefaultNamespace ("redq").
 	Namespace string
 	// Queues names the rmq queues to move; nil or empty means every queue in
-	// rmq's queues set (rmq::queues). A queue named here need not be listed
-	// there, but it must have rmq keys.
+	// rmq's queues set (rmq::queues). A queue named here that rmq neither
+	// lists nor holds anything of is refused (a typo?).
 	Queues []string
 	// DryRun reads and reports what would move, and changes nothing.
 	DryRun bool
@@ -139,8 +139,8 @@ func (e *MigrationRefusedError) Is(target error) bool { return target == ErrorMi
 //
 // Each chunk moves in one Lua script call that takes the items off rmq's
 // list and pushes their envelopes in the same atomic step, so a run that
-// is interrupted at any point (ctx cancelled, the process killed, Redis
-// restarted) has lost and duplicated nothing, and running it again
+// is interrupted at any point (ctx cancelled, the process killed, the
+// connection broken) has lost and duplicated nothing, and running it again
 // completes the job; a run over data that moved already moves nothing. A
 // cancelled ctx is noticed between chunks; the chunk under way finishes.
 //
