@@ -287,7 +287,7 @@ func TestMigrateFromRmqCommandRefuses(t *testing.T) {
 func TestMigrateFromRmqCommandInterrupted(t *testing.T) {
 	forBackends(t, func(t *testing.T, tg target) {
 		l := rmqLayout{t: t, c: tg.client, tagged: true}
-		const n = 3000
+		const n = 20000
 		payloads := make([]string, n)
 		args := make([]any, n)
 		for i := range payloads {
@@ -299,7 +299,7 @@ func TestMigrateFromRmqCommandInterrupted(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		r := start(ctx, tg.args("migrate-from-rmq", "--chunk", "10", "--progress", "1ns")...)
-		waitFor(t, r.stderr, regexp.MustCompile(`moved (\d+)/3000`))
+		waitFor(t, r.stderr, regexp.MustCompile(`moved (\d+)/20000`))
 		cancel()
 		if code := r.wait(t); code != 1 || !strings.Contains(r.stderr.String(), "run it again to move the rest: context canceled") {
 			t.Fatalf("exit %d\n%s", code, r.stderr)
