@@ -305,8 +305,12 @@ func TestMigrateFromRmqCommandInterrupted(t *testing.T) {
 			t.Fatalf("exit %d\n%s", code, r.stderr)
 		}
 		mustRedq(t, tg.args("migrate-from-rmq")...)
-		if p := payloadsOf(takeAll(t, tg, "q")); !slices.Equal(p, payloads) {
-			t.Fatalf("redq got %d deliveries, not the %d published in order", len(p), n)
+		q, err := tg.open(t, "drain").OpenQueue("q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err := q.Drain(n + 1); err != nil || !slices.Equal(p, payloads) {
+			t.Fatalf("redq holds %d deliveries, not the %d published in order (%v)", len(p), n, err)
 		}
 	})
 }
