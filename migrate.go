@@ -371,11 +371,12 @@ func (q *migrateQueue) moving() int64 {
 // holds deliveries of it already and whether an earlier run moved into it.
 func (m *migration) discoverRedq(ctx context.Context) error {
 	type probe struct {
-		q                                *migrateQueue
-		ready, levels, delayed, rejected *redis.IntCmd
-		kpend, record                    *redis.IntCmd
-		tail                             *redis.StringCmd
-		consumers                        *redis.StringSliceCmd
+		q                        *migrateQueue
+		ready, delayed, rejected *redis.IntCmd
+		parked, record           *redis.IntCmd
+		levels                   []*redis.IntCmd
+		tail, stale              *redis.StringCmd
+		consumers                *redis.StringSliceCmd
 	}
 	var probes []probe
 	pipe := m.client.Pipeline()
@@ -383,18 +384,25 @@ func (m *migration) discoverRedq(ctx context.Context) error {
 		if q.moving() == 0 || validName(q.rep.Name) != "" {
 			continue
 		}
+		// What stats count: every ready line but the wake marker and the
+		// stale stubs of keyed items, the delayed set, rejected, the parked
+		// successors of keyed items, and every connection's unacked hash.
 		k := q.keys
-		probes = append(probes, probe{
+		p := probe{
 			q:         q,
 			ready:     pipe.LLen(ctx, k.ready),
 			tail:      pipe.LIndex(ctx, k.ready, -1),
-			levels:    pipe.ZCard(ctx, k.levels),
+			stale:     pipe.HGet(ctx, k.prefix+":meta", "kstale"),
 			delayed:   pipe.ZCard(ctx, k.prefix+":delayed"),
 			rejected:  pipe.LLen(ctx, k.rejected),
-			kpend:     pipe.HLen(ctx, k.prefix+":kpend"),
+			parked:    pipe.HLen(ctx, k.prefix+":kpark"),
 			record:    pipe.Exists(ctx, q.record),
 			consumers: pipe.HKeys(ctx, k.consumers),
-		})
+		}
+		for level := 1; level <= MaxPriority; level++ {
+			p.levels = append(p.levels, pipe.LLen(ctx, k.level(strconv.Itoa(level))))
+		}
+		probes = append(probes, p)
 	}
 	if len(probes) == 0 {
 		return nil
@@ -413,9 +421,15 @@ func (m *migration) discoverRedq(ctx context.Context) error {
 		return readErr(ctx, "read namespace "+strconv.Quote(m.ns), err)
 	}
 	for i, p := range probes {
-		n := p.ready.Val() + p.levels.Val() + p.delayed.Val() + p.rejected.Val() + p.kpend.Val()
+		n := p.ready.Val() + p.delayed.Val() + p.rejected.Val() + p.parked.Val()
 		if p.tail.Val() == migrateWakeMarker {
 			n--
+		}
+		for _, l := range p.levels {
+			n += l.Val()
+		}
+		if stale, err := strconv.ParseInt(p.stale.Val(), 10, 64); err == nil {
+			n -= stale
 		}
 		for _, u := range unacked[i] {
 			n += u.Val()
@@ -470,7 +484,7 @@ func (m *migration) check() error {
 		}
 		if q.redqHas > 0 && !q.hasRec && !m.opts.Merge {
 			problems = append(problems, MigrationProblem{Queue: name, Reason: fmt.Sprintf(
-				"redq's queue %q in namespace %q already holds %d deliveries; to line rmq's up behind them set Merge (--merge), or choose another namespace",
+				"redq's queue %q in namespace %q already holds %d deliveries (ready, delayed, rejected or unacked); to line rmq's up behind them set Merge (--merge), or choose another namespace",
 				name, m.ns, q.redqHas)})
 		}
 		if m.cluster {

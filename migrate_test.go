@@ -576,17 +576,33 @@ func TestMigrateNamespaceClash(t *testing.T) {
 		if err := b.client.LPush(ctx, newQueueKeys("app", "idle").ready, migrateWakeMarker).Err(); err != nil {
 			t.Fatal(err)
 		}
+		// redq deliveries elsewhere than the plain ready list count too.
+		mustPut(t, openQueue(t, conn, "prio"), "p", Priority(3))
+		mustPut(t, openQueue(t, conn, "later"), "l", Delay(time.Hour))
+		held := openQueue(t, conn, "held")
+		if err := held.Publish("h"); err != nil {
+			t.Fatal(err)
+		}
+		take(t, held, 1)
+		for _, q := range []string{"prio", "later", "held"} {
+			f.publish(q, q+"-rmq")
+		}
 
 		before := dbSnapshot(t, b.client)
 		for _, dry := range []bool{true, false} {
 			r, err := MigrateFromRmq(ctx, b.client, MigrateOptions{Namespace: "app", DryRun: dry})
 			var refused *MigrationRefusedError
-			if !errors.As(err, &refused) || !errors.Is(err, ErrorMigrationRefused) || len(refused.Problems) != 1 ||
-				refused.Problems[0].Queue != "tasks" || !strings.Contains(err.Error(), `already holds 2 deliveries`) ||
+			if !errors.As(err, &refused) || !errors.Is(err, ErrorMigrationRefused) || len(refused.Problems) != 4 ||
+				!strings.Contains(err.Error(), `queue "tasks": redq's queue "tasks" in namespace "app" already holds 2 deliveries`) ||
 				!strings.Contains(err.Error(), "--merge") {
 				t.Fatalf("dry run %v: %v", dry, err)
 			}
-			if !r.DryRun || r.Moved() != 6 {
+			for i, q := range []string{"held", "later", "prio", "tasks"} {
+				if refused.Problems[i].Queue != q {
+					t.Fatalf("problem %d is about %q, want %q: %v", i, refused.Problems[i].Queue, q, err)
+				}
+			}
+			if !r.DryRun || r.Moved() != 9 {
 				t.Fatalf("a refused run reports:\n%s", r)
 			}
 		}
