@@ -56,6 +56,7 @@ var commands = []command{
 	{name: "clean", summary: "return the deliveries of dead connections and lost leases to ready, once or periodically", flags: cleanCommand},
 	{name: "return-rejected", summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},
 	{name: "purge-rejected", summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
+	{name: "migrate-from-rmq", summary: "move an rmq v5 deployment's deliveries into redq's layout (try --dry-run first)", flags: migrateCommand, details: migrateDetails},
 	{name: "soak", summary: "prove the reliability contract under faults (SIGKILL, SIGSTOP, Redis restarts) on a private redis-server",
 		flags: soakCommand, details: soakDetails},
 }

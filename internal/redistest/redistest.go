@@ -57,6 +57,7 @@ type Option func(*config)
 
 type config struct {
 	appendOnly bool
+	args       []string
 }
 
 // WithAppendOnly enables the append-only file with fsync on every write
@@ -64,6 +65,12 @@ type config struct {
 // [Server.Restart], [Server.Stop] and even [Server.Kill].
 func WithAppendOnly() Option {
 	return func(c *config) { c.appendOnly = true }
+}
+
+// WithArgs passes more command-line arguments to redis-server, for
+// example "--cluster-enabled", "yes".
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
 }
 
 // Available reports whether redis-server can be found in PATH and, if so,
@@ -89,6 +96,7 @@ type Server struct {
 	dir        string
 	ownsDir    bool // dir was created by StartMain and is removed by Close
 	appendOnly bool
+	args       []string // more arguments (WithArgs)
 
 	mu      sync.Mutex
 	port    int
@@ -152,7 +160,7 @@ func start(bin, dir string, ownsDir bool, opts []Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly}
+	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly, args: cfg.args}
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		port, err := freePort()
@@ -222,6 +230,7 @@ func (s *Server) launchLocked() error {
 	if s.appendOnly {
 		args = append(args, "--appendfsync", "always")
 	}
+	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	// Own process group: signals we send never reach the test process.
 	// Pdeathsig: a test binary that dies (a timeout, ^C) takes its servers along.
