@@ -56,8 +56,7 @@ func ExtractHeaderAndPayload(payload string) (http.Header, string, error) {
 		return nil, "", errHeaderLine
 	}
 	var h http.Header
-	dec := json.NewDecoder(strings.NewReader(line))
-	if err := dec.Decode(&h); err != nil {
+	if err := json.Unmarshal([]byte(line), &h); err != nil {
 		return nil, "", fmt.Errorf("redq: payload header: %w", err)
 	}
 	if h == nil {
