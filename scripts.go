@@ -30,6 +30,9 @@ type scriptSet struct {
 	publish, put, release, touch         *redis.Script
 	rejectWith                           *redis.Script
 	maintain, counts, drain              *redis.Script
+	// rounds (round.go)
+	roundOpen, roundAdd, roundNext, roundRemove, roundReissue *redis.Script
+	roundGet, roundLen, roundStats, roundSweep                *redis.Script
 }
 
 func readScript(name string) string {
@@ -138,6 +141,25 @@ var scripts = scriptSet{
 	maintain:       queueScript("maintain"),
 	counts:         queueScript("counts"),
 	drain:          queueScript("drain"),
+	roundOpen:      roundScript("round_open"),
+	roundAdd:       roundScript("round_add"),
+	roundNext:      roundScript("round_next"),
+	roundRemove:    roundScript("round_remove"),
+	roundReissue:   roundScript("round_reissue"),
+	roundGet:       roundScript("round_get"),
+	roundLen:       roundScript("round_len"),
+	roundStats:     roundScript("round_stats"),
+	roundSweep:     roundScript("round_sweep"),
+}
+
+// roundScript is a round script with the helpers it uses, of lib.lua and
+// of round_lib.lua, in front of it.
+func roundScript(name string) *redis.Script {
+	return redis.NewScript(roundScriptText(name))
+}
+
+func roundScriptText(name string) string {
+	return withHelpers(readScript("lib")+"\n"+readScript("round_lib"), readScript(name))
 }
 
 // isNoScript reports whether err says the script cache did not hold the

@@ -401,6 +401,9 @@ type handlerStubConn struct {
 func (c *handlerStubConn) OpenQueue(string, ...QueueOption) (Queue, error) {
 	return nil, errors.New("stub")
 }
+func (c *handlerStubConn) OpenRound(string, time.Duration, ...RoundOption) (Round, error) {
+	return nil, errors.New("stub")
+}
 func (c *handlerStubConn) CollectStats(q []string) (Stats, error) {
 	return c.CollectStatsContext(context.Background(), q)
 }
