@@ -17,9 +17,11 @@
 local K = round_keys(KEYS)
 local n = tonumber(ARGV[1])
 local now = now_ms()
-local period = round_settings(K, ARGV[2], ARGV[3])
+local state = redis.call('HMGET', K.state, 'period', 'win', 'win_n', 'issued')
+local period = tonumber(state[1]) or tonumber(ARGV[2])
 round_sweep(K, now, ROUND_STEP)
 local cutoff = round_int(now - period)
+local nowStr = round_int(now)
 local out = {0}
 local taken, skipped = 0, 0
 while taken < n and skipped < ROUND_SKIP do
@@ -31,15 +33,17 @@ while taken < n and skipped < ROUND_SKIP do
   local datas = redis.call('HMGET', K.data, unpack(due))
   local places, infoArgs, gone = {}, {}, {}
   for i, id in ipairs(due) do
-    local m = infos[i] and round_info(infos[i])
-    if not m or round_expired(m, now) then
+    -- The fields that do not change stay strings: converting numbers to
+    -- strings is most of the cost of a hand-out in Lua.
+    local added, issued, expireAt
+    if infos[i] then
+      added, issued, expireAt = string.match(infos[i], '^(%d+),(%d+),%d+,(%d+),%d+$')
+    end
+    if not added or (expireAt ~= '0' and tonumber(expireAt) <= now) then
       gone[#gone + 1] = id
     else
-      m[2] = m[2] + 1
-      m[3] = now
-      m[5] = 0
-      local s = round_info_string(m)
-      places[#places + 1] = round_int(now)
+      local s = added .. ',' .. (issued + 1) .. ',' .. nowStr .. ',' .. expireAt .. ',0'
+      places[#places + 1] = nowStr
       places[#places + 1] = id
       infoArgs[#infoArgs + 1] = id
       infoArgs[#infoArgs + 1] = s
@@ -61,18 +65,19 @@ while taken < n and skipped < ROUND_SKIP do
   end
 end
 if taken > 0 then
-  redis.call('HINCRBY', K.state, 'issued', taken)
+  -- the hand-out counts: in all, and per window of ROUND_WINDOW ms (this
+  -- one's and the one before, for the rate)
   local w = math.floor(now / ROUND_WINDOW)
-  local win = redis.call('HMGET', K.state, 'win', 'win_n')
-  local cw = tonumber(win[1])
+  local cw, winN, prevN = tonumber(state[2]), taken, 0
   if cw == w then
-    redis.call('HINCRBY', K.state, 'win_n', taken)
+    winN = winN + tonumber(state[3])
+  elseif cw == w - 1 then
+    prevN = tonumber(state[3]) or 0
+  end
+  if cw == w then
+    redis.call('HSET', K.state, 'issued', (tonumber(state[4]) or 0) + taken, 'win_n', winN)
   else
-    local prev = 0
-    if cw == w - 1 then
-      prev = tonumber(win[2]) or 0
-    end
-    redis.call('HSET', K.state, 'win', round_int(w), 'win_n', taken, 'prev_n', prev)
+    redis.call('HSET', K.state, 'issued', (tonumber(state[4]) or 0) + taken, 'win', round_int(w), 'win_n', winN, 'prev_n', prevN)
   end
 end
 if taken < n and skipped < ROUND_SKIP then
