@@ -107,6 +107,7 @@ func (c TestConnection) roundStats() map[string]RoundStat {
 	return out
 }
 
+// String returns the round's name.
 func (r *TestRound) String() string { return r.name }
 
 // SetClock makes the round read the time from now instead of time.Now,
