@@ -19,7 +19,8 @@ type roundEnv struct {
 	b    *backend // nil for the test double
 	conn Connection
 	// unit is a duration the scenario can afford to let pass: a minute on
-	// a clock the test moves, 100ms on real Redis.
+	// a clock the test moves, 150ms on real Redis (the scenarios leave a
+	// few units of margin for a busy machine).
 	unit time.Duration
 	// advance moves the round's clock (Redis's TIME, or the double's) by d.
 	advance func(d time.Duration)
@@ -51,7 +52,7 @@ func forEachRoundEnv(t *testing.T, f func(t *testing.T, e roundEnv)) {
 			e.unit = time.Minute
 			e.advance = func(d time.Duration) { now = now.Add(d); b.mini.SetTime(now) }
 		} else {
-			e.unit = 100 * time.Millisecond
+			e.unit = 150 * time.Millisecond
 			e.advance = time.Sleep
 		}
 		f(t, e)
@@ -312,21 +313,19 @@ func TestRoundExpiredNeverHandedOut(t *testing.T) {
 func TestRoundCallsRemoveExpiredInBoundedSteps(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "round", namespace())
-		ttl := 300 * time.Millisecond
 		if b.mini != nil {
 			b.mini.SetTime(time.Now())
-			ttl = time.Hour
 		}
-		r, err := c.openRound(context.Background(), "feeds", time.Hour, RoundTTL(ttl))
+		r, err := c.openRound(context.Background(), "feeds", time.Hour, RoundTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		fillRound(t, r, 0, 500, "")
+		// 500 items whose TTL ran out at once (written as Add writes them,
+		// but expired already, so that no timing is involved).
+		fillRoundLayout(t, b, r, 500, 0)
 		if b.mini != nil {
-			b.mini.SetTime(time.Now().Add(2 * ttl))
-		} else {
-			time.Sleep(ttl + 50*time.Millisecond)
+			b.mini.SetTime(time.Now().Add(time.Millisecond))
 		}
 		expired := func() int64 {
 			t.Helper()
@@ -424,12 +423,10 @@ func TestRoundCleanerRemovesExpiredInBoundedChunks(t *testing.T) {
 		ns := namespace()
 		c := openT(t, b, "round", ns)
 		ctx := context.Background()
-		ttl := 2 * time.Second // outlasts filling 100k on real Redis
 		if b.mini != nil {
 			b.mini.SetTime(time.Now())
-			ttl = time.Hour
 		}
-		r, err := c.openRound(ctx, "big", time.Hour, RoundTTL(ttl))
+		r, err := c.openRound(ctx, "big", time.Hour, RoundTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,22 +435,27 @@ func TestRoundCleanerRemovesExpiredInBoundedChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustAdd(t, keep, "k", "", true)
-		// Items as Add writes them (checked by Get and Len below), written
-		// with plain pipelined commands: a hundred thousand Add scripts take
-		// a minute on miniredis.
+		// Items written as Add writes them (fillRoundLayout; checked by Get
+		// and Len on a few that have not expired), with plain pipelined
+		// commands: a hundred thousand Add scripts take a minute on
+		// miniredis. Their TTL ran out as they were written.
+		few, err := c.openRound(ctx, "few", time.Hour, RoundTTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fillRoundLayout(t, b, few, 10, time.Hour)
+		if got, err := few.Len(ctx); err != nil || got != 10 {
+			t.Fatalf("Len of the few = %d, %v; want 10", got, err)
+		}
+		if it, err := few.Get(ctx, "id7"); err != nil || string(it.Data) != "x" || it.Issued != 0 {
+			t.Fatalf("Get(id7) = %+v, %v", it, err)
+		}
+		mustNext(t, few, "id0")
 		start := time.Now()
-		expireAt := fillRoundLayout(t, b, r, n, ttl)
+		fillRoundLayout(t, b, r, n, 0)
 		t.Logf("filled %d in %s", n, time.Since(start))
-		if got, err := r.Len(ctx); err != nil || got != n {
-			t.Fatalf("Len after filling = %d, %v; want %d", got, err, n)
-		}
-		if it, err := r.Get(ctx, "id7"); err != nil || string(it.Data) != "x" || it.Issued != 0 {
-			t.Fatalf("Get(id7) after filling = %+v, %v", it, err)
-		}
 		if b.mini != nil {
-			b.mini.SetTime(expireAt.Add(time.Millisecond))
-		} else {
-			time.Sleep(time.Until(expireAt.Add(50 * time.Millisecond)))
+			b.mini.SetTime(time.Now().Add(time.Millisecond))
 		}
 		if got, err := r.Len(ctx); err != nil || got != 0 || b.client.ZCard(ctx, r.keys.order).Val() != n {
 			t.Fatalf("Len = %d, %v with %d in the order set; want 0 with all %d still there", got, err, b.client.ZCard(ctx, r.keys.order).Val(), n)
@@ -518,17 +520,17 @@ func TestRoundCleanerRemovesExpiredInBoundedChunks(t *testing.T) {
 				t.Errorf("key %s is left after cleaning", k)
 			}
 		}
-		if st := mustStats(t, c).RoundStats; st["big"].ExpiredCount != n || st["big"].ItemCount != 0 || st["kept"].ItemCount != 1 {
+		if st := mustStats(t, c).RoundStats; st["big"].ExpiredCount != n || st["big"].ItemCount != 0 || st["kept"].ItemCount != 1 || st["few"].ItemCount != 10 {
 			t.Fatalf("stats after cleaning: %+v", st)
 		}
 	})
 }
 
 // fillRoundLayout writes n never-issued items id0..id(n-1) with data "x"
-// into r, added now by Redis's clock and expiring ttl later, the way Add
-// writes them (see round_add.lua), with pipelined plain commands, and
-// returns when they expire.
-func fillRoundLayout(t testing.TB, b backend, r *redisRound, n int, ttl time.Duration) time.Time {
+// into r, added now by Redis's clock and expiring ttl later (0: expired at
+// once), the way Add writes them (see round_add.lua), with pipelined plain
+// commands.
+func fillRoundLayout(t testing.TB, b backend, r *redisRound, n int, ttl time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	now, err := b.client.Time(ctx).Result()
@@ -564,5 +566,4 @@ func fillRoundLayout(t testing.TB, b backend, r *redisRound, n int, ttl time.Dur
 			t.Fatal(err)
 		}
 	}
-	return time.UnixMilli(expireAt)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -193,12 +194,16 @@ func TestRoundNoLostWakeups(t *testing.T) {
 		const n, workers = 200, 4
 		got := make(chan string, n)
 		var wg sync.WaitGroup
+		var added atomic.Bool
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for {
-					it, err := r.Next(ctx, time.Second)
+					it, err := r.Next(ctx, 500*time.Millisecond)
+					if errors.Is(err, ErrorTimeout) && !added.Load() {
+						continue
+					}
 					if err != nil {
 						return // ErrorTimeout once everything is handed out
 					}
@@ -212,6 +217,7 @@ func TestRoundNoLostWakeups(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
+		added.Store(true)
 		seen := map[string]bool{}
 		deadline := time.After(10 * time.Second)
 		for len(seen) < n {
