@@ -45,6 +45,8 @@ func (cl *Cleaner) Clean() (int64, error) {
 //     to live ran out are dropped from the front of each ready line (so
 //     that a queue nobody consumes shows them as ready or expired), in
 //     bounded chunks.
+//  6. For each round, items whose time to live ran out are removed, 1,000
+//     per script call.
 //
 // The count it returns is of deliveries returned to ready from dead
 // connections and lost leases.
@@ -110,6 +112,9 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 		if err != nil {
 			return total, fmt.Errorf("redq: clean: %w", err)
 		}
+	}
+	if err := c.sweepRounds(ctx); err != nil {
+		return total, fmt.Errorf("redq: clean: %w", err)
 	}
 	return total, nil
 }

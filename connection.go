@@ -23,6 +23,10 @@ type Connection interface {
 	// handle's publish defaults, its handlers' retry policy and whether the
 	// queue keeps expired deliveries.
 	OpenQueue(name string, opts ...QueueOption) (Queue, error)
+	// OpenRound returns a handle on the named round queue, creating it
+	// with the given period if it does not exist (see Round). Names are
+	// validated like queue names. Options: RoundTTL, RoundChangeSettings.
+	OpenRound(name string, period time.Duration, opts ...RoundOption) (Round, error)
 	// CollectStats reads the counts of the given queues.
 	CollectStats(queueList []string) (Stats, error)
 	// CollectStatsContext is CollectStats with a context.

@@ -119,3 +119,49 @@ func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" +
 func (k queueKeys) published(conn, field string) string {
 	return k.prefix + ":published:" + conn + ":" + field
 }
+
+// Rounds (see round.go) live in a key space of their own: every key of one
+// round starts with ns:{round:name}, so all carry the hash tag {round:name}
+// (one cluster slot per round), and since queue names cannot contain a
+// colon, no queue's tag {name} can equal a round's. The registry of round
+// names is global:
+//
+//	{ns}:rounds                    set of round names
+//	ns:{round:name}:order          sorted set id -> place in the round: the
+//	                               time of its last issue (ms, Redis's
+//	                               clock), or, while it waits in the front
+//	                               line (never issued, or reissued),
+//	                               -2^52 plus its number in that line: below
+//	                               every issue time (see round_lib.lua)
+//	ns:{round:name}:data           hash id -> data
+//	ns:{round:name}:info           hash id -> added,issued,last,expireAt,front
+//	                               (ms, Redis's clock; 0 for none)
+//	ns:{round:name}:expiry         sorted set id -> when its TTL runs out
+//	                               (only items with a TTL)
+//	ns:{round:name}:state          hash: period and ttl (ms), seq (front
+//	                               line counter), issued and expired
+//	                               (counters), win, win_n, prev_n (hand-outs
+//	                               per 10 s window, for the rate)
+//	ns:{round:name}:signal         list holding one marker while an item
+//	                               may have become due that waiters do not
+//	                               know of (Add, Reissue); blocked Next calls
+//	                               wait on it
+
+// rounds is the set of round names of the namespace.
+func (g globalKeys) rounds() string { return "{" + g.ns + "}:rounds" }
+
+type roundKeys struct {
+	prefix, order, data, info, expiry, state, signal string
+}
+
+func newRoundKeys(ns, name string) roundKeys {
+	p := ns + ":{round:" + name + "}"
+	return roundKeys{prefix: p, order: p + ":order", data: p + ":data", info: p + ":info",
+		expiry: p + ":expiry", state: p + ":state", signal: p + ":signal"}
+}
+
+// all returns every key of the round in the order the round scripts take
+// them as KEYS (see scripts/round_lib.lua).
+func (k roundKeys) all() []string {
+	return []string{k.order, k.data, k.info, k.expiry, k.state, k.signal}
+}

@@ -32,6 +32,9 @@ type scriptSet struct {
 	maintain, counts, drain              *redis.Script
 	upsert, keyedCancel, keyedRunNow     *redis.Script
 	keyedLookup                          *redis.Script
+	// rounds (round.go)
+	roundOpen, roundAdd, roundNext, roundRemove, roundReissue *redis.Script
+	roundGet, roundLen, roundStats, roundSweep                *redis.Script
 }
 
 func readScript(name string) string {
@@ -159,6 +162,25 @@ var scripts = scriptSet{
 	keyedCancel:    queueScript("keyed_cancel"),
 	keyedRunNow:    queueScript("keyed_run_now"),
 	keyedLookup:    queueScript("keyed_lookup"),
+	roundOpen:      roundScript("round_open"),
+	roundAdd:       roundScript("round_add"),
+	roundNext:      roundScript("round_next"),
+	roundRemove:    roundScript("round_remove"),
+	roundReissue:   roundScript("round_reissue"),
+	roundGet:       roundScript("round_get"),
+	roundLen:       roundScript("round_len"),
+	roundStats:     roundScript("round_stats"),
+	roundSweep:     roundScript("round_sweep"),
+}
+
+// roundScript is a round script with the helpers it uses, of lib.lua and
+// of round_lib.lua, in front of it.
+func roundScript(name string) *redis.Script {
+	return redis.NewScript(roundScriptText(name))
+}
+
+func roundScriptText(name string) string {
+	return withHelpers(readScript("lib")+"\n"+readScript("round_lib"), readScript(name))
 }
 
 // isNoScript reports whether err says the script cache did not hold the

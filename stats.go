@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Stats is a snapshot of queue and timer counts, read in two round trips.
+// Stats is a snapshot of queue, timer and round counts, read in two round
+// trips.
 type Stats struct {
 	// QueueStats holds one entry per requested queue.
 	QueueStats QueueStats `json:"queues"`
@@ -27,6 +29,10 @@ type Stats struct {
 	// TimerStats holds one entry per timer set of the namespace (see
 	// OpenTimers); nil when there is none.
 	TimerStats map[string]TimerStat `json:"timers,omitempty"`
+	// RoundStats holds one entry per round of the namespace (see
+	// OpenRound), whichever queues were requested; nil when there are
+	// none.
+	RoundStats map[string]RoundStat `json:"rounds,omitempty"`
 }
 
 // TimerStat holds the counts of one timer set.
@@ -169,6 +175,7 @@ func (s Stats) String() string {
 	for _, c := range others {
 		fmt.Fprintf(&b, "connection %s %s\n", c, stateWord(s.OtherConnections[c], s.StoppedConnections[c]))
 	}
+	writeRoundStats(&b, s.RoundStats)
 	return b.String()
 }
 
@@ -273,6 +280,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	}
 	members := pipe.SMembers(ctx, c.keys.connections)
 	timerSets := pipe.SMembers(ctx, c.keys.timers)
+	rounds := pipe.SMembers(ctx, c.keys.rounds())
 	_, err := pipe.Exec(ctx)
 	counts := make([][]int64, len(queueList))
 	for i, q := range qc {
@@ -290,6 +298,9 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	if err := timerSets.Err(); err != nil {
 		return stats, fmt.Errorf("redq: collect stats: %w", err)
 	}
+	if err := rounds.Err(); err != nil {
+		return stats, fmt.Errorf("redq: collect stats: %w", err)
+	}
 	for _, q := range qc {
 		if err := q.consumers.Err(); err != nil {
 			return stats, fmt.Errorf("redq: collect stats: %w", err)
@@ -299,7 +310,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for _, m := range members.Val() {
 		registered[m] = true
 	}
-	// Round trip 2: unacked counts and heartbeats.
+	// Round trip 2: unacked counts, heartbeats and the rounds' counts.
 	pipe = c.client.Pipeline()
 	unacked := make([]map[string]*redis.IntCmd, len(queueList))
 	beats := map[string]*redis.IntCmd{}
@@ -326,10 +337,34 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		timerKeys[i] = newQueueKeys(c.opts.namespace, timerTag+name)
 		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, []string{timerKeys[i].ready}, timerKeys[i].prefix)
 	}
-	if len(beats)+len(timerCounts) > 0 {
+	roundCmds := queueRoundStats(ctx, pipe, c.opts.namespace, rounds.Val())
+	if len(beats)+len(timerCounts)+len(roundCmds) > 0 {
+		// A script may not be cached (NOSCRIPT): countsOf and roundStats
+		// run it again; every other command must have succeeded.
 		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
 			return stats, fmt.Errorf("redq: collect stats: %w", err)
 		}
+		for conn, b := range beats {
+			for _, cmd := range []*redis.IntCmd{b, stops[conn]} {
+				if err := cmd.Err(); err != nil {
+					return stats, fmt.Errorf("redq: collect stats: %w", err)
+				}
+			}
+		}
+		for _, u := range unacked {
+			for _, cmd := range u {
+				if err := cmd.Err(); err != nil {
+					return stats, fmt.Errorf("redq: collect stats: %w", err)
+				}
+			}
+		}
+	}
+	if len(roundCmds) > 0 {
+		rs, err := roundStats(ctx, c.client, roundCmds)
+		if err != nil {
+			return stats, fmt.Errorf("redq: collect stats: %w", err)
+		}
+		stats.RoundStats = rs
 	}
 	if len(timerCounts) > 0 {
 		stats.TimerStats = map[string]TimerStat{}
@@ -369,4 +404,82 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		}
 	}
 	return stats, nil
+}
+
+// RoundStat holds the counts of one round (see Round). Counts are read in
+// one script, by Redis's clock.
+type RoundStat struct {
+	// Period is the round's period; TTL its items' time to live (0:
+	// none).
+	Period, TTL time.Duration
+	// ItemCount counts the items whose time to live has not run out.
+	ItemCount int64
+	// DueCount counts the items due now: never handed out, reissued, or
+	// handed out a period ago or more (including any whose time to live
+	// ran out and that are not removed yet).
+	DueCount int64
+	// OldestLag is how long the most overdue item has been due: 0 when
+	// the workers keep up.
+	OldestLag time.Duration
+	// IssuedCount counts the hand-outs since the round was created.
+	IssuedCount int64
+	// IssuedPerSecond is the rate of hand-outs over the last complete
+	// 10-second window of Redis's clock.
+	IssuedPerSecond float64
+	// ExpiredCount counts the items removed because their time to live
+	// ran out, since the round was created.
+	ExpiredCount int64
+}
+
+// roundStatJSON is RoundStat's JSON form, with durations in milliseconds.
+type roundStatJSON struct {
+	PeriodMs        int64   `json:"periodMs"`
+	TTLMs           int64   `json:"ttlMs"`
+	Items           int64   `json:"items"`
+	Due             int64   `json:"due"`
+	OldestLagMs     int64   `json:"oldestLagMs"`
+	Issued          int64   `json:"issued"`
+	IssuedPerSecond float64 `json:"issuedPerSecond"`
+	Expired         int64   `json:"expired"`
+}
+
+// MarshalJSON writes the counts with durations in whole milliseconds:
+// periodMs, ttlMs, items, due, oldestLagMs, issued, issuedPerSecond,
+// expired.
+func (s RoundStat) MarshalJSON() ([]byte, error) {
+	return json.Marshal(roundStatJSON{
+		PeriodMs: s.Period.Milliseconds(), TTLMs: s.TTL.Milliseconds(), Items: s.ItemCount, Due: s.DueCount,
+		OldestLagMs: s.OldestLag.Milliseconds(), Issued: s.IssuedCount, IssuedPerSecond: s.IssuedPerSecond, Expired: s.ExpiredCount,
+	})
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (s *RoundStat) UnmarshalJSON(b []byte) error {
+	var j roundStatJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
+	*s = RoundStat{
+		Period: ms(j.PeriodMs), TTL: ms(j.TTLMs), ItemCount: j.Items, DueCount: j.Due, OldestLag: ms(j.OldestLagMs),
+		IssuedCount: j.Issued, IssuedPerSecond: j.IssuedPerSecond, ExpiredCount: j.Expired,
+	}
+	return nil
+}
+
+// RoundNames returns the round names in order.
+func (s Stats) RoundNames() []string {
+	return sortedStatsKeys(s.RoundStats)
+}
+
+// writeRoundStats appends the rounds table to the text form of Stats.
+func writeRoundStats(b *strings.Builder, rounds map[string]RoundStat) {
+	if len(rounds) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%-30s %10s %10s %10s %10s %12s %10s %10s %10s\n", "round", "period", "ttl", "items", "due", "oldest lag", "issued/s", "issued", "expired")
+	for _, name := range sortedStatsKeys(rounds) {
+		r := rounds[name]
+		fmt.Fprintf(b, "%-30s %10s %10s %10d %10d %12s %10.1f %10d %10d\n", name, r.Period, r.TTL, r.ItemCount, r.DueCount, r.OldestLag, r.IssuedPerSecond, r.IssuedCount, r.ExpiredCount)
+	}
 }

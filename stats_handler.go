@@ -38,6 +38,14 @@ const (
 // or destroyed (they are in rejected as well when the queue keeps them, see
 // WithKeepExpired).
 //
+// Below the queues, a table lists every round of the namespace (see
+// OpenRound), when there are any: its period and TTL, its items, how many
+// are due now, the oldest lag (how long the most overdue item has been
+// due; marked when it exceeds the period, which means the workers do not
+// keep up), the hand-outs per second over the last 10 seconds, the
+// hand-outs in all and the items removed because their TTL ran out. The
+// JSON form carries them under "rounds" (see RoundStat.MarshalJSON).
+//
 // Query options, as in rmq:
 //
 //	refresh=N         reload the page every N seconds (1 to 3600)
@@ -146,11 +154,20 @@ type statsPage struct {
 	Others       []statsConnRow
 	OthersDead   int
 	Timers       []statsTimerRow
+	Rounds       []statsRoundRow
 }
 
 type statsTimerRow struct {
 	Name            string
 	Pending, Firing int64
+}
+
+type statsRoundRow struct {
+	Name                        string
+	Period, TTL, OldestLag      string
+	Items, Due, Issued, Expired int64
+	IssuedPerSecond             string
+	Lagging                     bool
 }
 
 type statsQueueRow struct {
@@ -216,6 +233,18 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 		ts := s.TimerStats[name]
 		p.Timers = append(p.Timers, statsTimerRow{Name: name, Pending: ts.Pending, Firing: ts.Firing})
 	}
+	for _, name := range s.RoundNames() {
+		rs := s.RoundStats[name]
+		ttl := "none"
+		if rs.TTL > 0 {
+			ttl = rs.TTL.String()
+		}
+		p.Rounds = append(p.Rounds, statsRoundRow{
+			Name: name, Period: rs.Period.String(), TTL: ttl, OldestLag: rs.OldestLag.String(),
+			Items: rs.ItemCount, Due: rs.DueCount, Issued: rs.IssuedCount, Expired: rs.ExpiredCount,
+			IssuedPerSecond: strconv.FormatFloat(rs.IssuedPerSecond, 'f', 1, 64), Lagging: rs.OldestLag > rs.Period,
+		})
+	}
 	for _, conn := range sortedStatsKeys(s.OtherConnections) {
 		active := s.OtherConnections[conn]
 		if !active && !s.StoppedConnections[conn] {
@@ -261,7 +290,7 @@ th, td { padding: .3rem .8rem; text-align: right; border-bottom: 1px solid #d0d7
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #f6f8fa; font-weight: 600; }
 tr.queue th { font-weight: 600; }
-tr.queue td.nonzero-rejected, tr.queue td.nonzero-expired { color: #9a6700; font-weight: 600; }
+tr.queue td.nonzero-rejected, tr.queue td.nonzero-expired, tr.round td.lagging { color: #9a6700; font-weight: 600; }
 tr.connection { color: #57606a; }
 tr.connection td.name { padding-left: 2rem; font-family: ui-monospace, monospace; font-size: .9em; }
 tr.dead { background: #ffebe9; }
@@ -323,6 +352,29 @@ tr.dead { background: #ffebe9; }
 <tbody>
 {{- range .Timers}}
 <tr data-timers="{{.Name}}"><th scope="row">{{.Name}}</th><td data-field="pending">{{.Pending}}</td><td data-field="firing">{{.Firing}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
+{{- if .Rounds}}
+<h2>Rounds</h2>
+<table id="rounds">
+<thead>
+<tr><th scope="col">round</th><th scope="col" title="the least time between two hand-outs of one item">period</th><th scope="col" title="items not renewed within it are removed">ttl</th><th scope="col">items</th><th scope="col" title="handed out a period ago or more, or never">due</th><th scope="col" title="how long the most overdue item has been due">oldest lag</th><th scope="col" title="over the last complete 10 seconds">issued/s</th><th scope="col">issued</th><th scope="col" title="removed because their time to live ran out">expired</th></tr>
+</thead>
+<tbody>
+{{- range .Rounds}}
+<tr class="round" data-round="{{.Name}}">
+<th scope="row">{{.Name}}</th>
+<td data-field="period">{{.Period}}</td>
+<td data-field="ttl">{{.TTL}}</td>
+<td data-field="items">{{.Items}}</td>
+<td data-field="due">{{.Due}}</td>
+<td data-field="oldestLag"{{if .Lagging}} class="lagging" title="longer than the period: the workers do not keep up"{{end}}>{{.OldestLag}}</td>
+<td data-field="issuedPerSecond">{{.IssuedPerSecond}}</td>
+<td data-field="issued">{{.Issued}}</td>
+<td data-field="expired">{{.Expired}}</td>
+</tr>
 {{- end}}
 </tbody>
 </table>

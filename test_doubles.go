@@ -12,16 +12,19 @@ import (
 // Test doubles for users' unit tests: code that takes a Connection, Queue or
 // Delivery can be tested without Redis.
 
-// TestConnection is a Connection whose queues record what is published.
+// TestConnection is a Connection whose queues record what is published,
+// and whose rounds are TestRounds.
 type TestConnection struct {
 	mu     *sync.Mutex
 	queues map[string]*TestQueue
 	timers map[string]*TestTimers
+	rounds map[string]*TestRound
 }
 
 // NewTestConnection returns an empty TestConnection.
 func NewTestConnection() TestConnection {
-	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}, timers: map[string]*TestTimers{}}
+	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}, timers: map[string]*TestTimers{},
+		rounds: map[string]*TestRound{}}
 }
 
 // OpenTimers returns the TestTimers of that name, creating it.
@@ -71,16 +74,20 @@ func (c TestConnection) GetDeliveries(queueName string) []string {
 	return c.GetQueue(queueName).Deliveries()
 }
 
-// Reset forgets everything published.
+// Reset forgets everything published, and the items of every round.
 func (c TestConnection) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, q := range c.queues {
 		q.Reset()
 	}
+	for _, r := range c.rounds {
+		r.reset()
+	}
 }
 
-// CollectStats returns the published counts as ready counts.
+// CollectStats returns the published counts as ready counts, and the
+// counts of every round.
 func (c TestConnection) CollectStats(queueList []string) (Stats, error) {
 	return c.CollectStatsContext(context.Background(), queueList)
 }
@@ -91,6 +98,7 @@ func (c TestConnection) CollectStatsContext(_ context.Context, queueList []strin
 	for _, name := range queueList {
 		s.QueueStats[name] = QueueStat{ReadyCount: int64(len(c.GetDeliveries(name))), Connections: map[string]ConnectionStat{}}
 	}
+	s.RoundStats = c.roundStats()
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 // Command bench measures redq against asynq, a hand-written Redis Streams
 // loop and the classic list queue (LPUSH / RPOPLPUSH / LREM) on the same
-// Redis, workload by workload.
+// Redis, workload by workload, and redq's round queue against the design it
+// replaces (the "seed round", see seedround.go).
 //
 // Usage:
 //
@@ -58,6 +59,7 @@ type config struct {
 	list        bool
 	quiet       bool
 	cpuProfile  string
+	roundRate   int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -77,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.list, "list", false, "list the workloads and exit")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (all systems, all runs) to this file")
+	fs.IntVar(&c.roundRate, "round-rate", 4000, "hand-outs per second the round steady run asks for (its period is its items / this, at least 1s)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -92,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-idle-samples %d: must be at least 1", c.idleSamples)
 	case c.steadyRate < 1:
 		return c, fmt.Errorf("-rate %d: must be positive", c.steadyRate)
+	case c.roundRate < 1:
+		return c, fmt.Errorf("-round-rate %d: must be positive", c.roundRate)
 	}
 	c.only = splitList(only)
 	c.systems = splitList(systems)
@@ -117,6 +122,7 @@ func allSystems() []system {
 		newAsynq(10 * time.Millisecond),
 		newStreams(),
 		newList(),
+		newSeedRound(),
 	}
 }
 
@@ -129,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
 	}
-	all := workloads(sizes{cfg.n}, cfg.idleSamples, cfg.steadyRate)
+	all := append(workloads(sizes{cfg.n}, cfg.idleSamples, cfg.steadyRate), roundWorkloads(sizes{cfg.n}, cfg.roundRate)...)
 	chosen := selectWorkloads(all, cfg.only)
 	systems := selectSystems(allSystems(), cfg.systems)
 	if cfg.list {

@@ -36,6 +36,7 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"-reps", "0"},
 		{"-rate", "-1"},
 		{"-idle-samples", "0"},
+		{"-round-rate", "0"},
 		{"-only", "no-such-workload"},
 		{"-systems", "rmq"},
 		{"extra"},

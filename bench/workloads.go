@@ -206,8 +206,9 @@ func e2eShape(cfg e2eConfig) string {
 // takesPart reports whether system name runs workload w.
 func (w workload) takesPart(name string) bool {
 	if w.systems == nil {
-		// Variants that only change idle behaviour add nothing elsewhere.
-		return name != "redq (poll 30s)" && name != "asynq (check 10ms)"
+		// Variants that only change idle behaviour add nothing elsewhere,
+		// and the round baseline is no work queue.
+		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != seedRoundName
 	}
 	return slices.Contains(w.systems, name)
 }
