@@ -192,7 +192,7 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 				return []float64{b}, err
 			},
 		},
-	}, schedWorkloads(z)...)
+	}, slices.Concat(schedWorkloads(z), keyedWorkloads(z))...)
 }
 
 // e2eShape describes who consumes in an end-to-end run.
@@ -206,8 +206,9 @@ func e2eShape(cfg e2eConfig) string {
 // takesPart reports whether system name runs workload w.
 func (w workload) takesPart(name string) bool {
 	if w.systems == nil {
-		// Variants that only change idle behaviour add nothing elsewhere.
-		return name != "redq (poll 30s)" && name != "asynq (check 10ms)"
+		// Variants that only change idle behaviour add nothing elsewhere,
+		// and the timer baseline runs only the timer workloads.
+		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != "rimer"
 	}
 	return slices.Contains(w.systems, name)
 }
