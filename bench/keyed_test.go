@@ -42,7 +42,7 @@ func TestKeyedWorkloads(t *testing.T) {
 			t.Errorf("the timer baseline takes part in %s", w.name)
 		}
 	}
-	if m := byName["keyed/1M-keys-8-goroutines"].metrics; len(m) != 3 || m[1].name != "cost near 1k pending" || m[2].name != "cost near 1M pending" {
+	if m := byName["keyed/1M-keys-8-goroutines"].metrics; len(m) != 4 || m[1].name != "cost near 1k pending" || m[2].name != "cost near 1M pending" {
 		t.Errorf("1M-key metrics: %+v", m)
 	}
 	if about := byName["timers/lateness-100k"].about; !strings.HasPrefix(about, "100000 timers due over 10s, 8 consumers") {

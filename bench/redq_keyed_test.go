@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,4 +163,32 @@ func TestRedqFireTimersLeaksNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// An upsert refused by redq's slot race (see refusedLate) is made again
+// and counted; any other error is not.
+func TestUpsertAgainAfterARefusal(t *testing.T) {
+	late := fmt.Errorf("redq: upsert %q on %q: %w %d", "key:1", "bench", errors.New("redq: unexpected reply"), -1)
+	calls := 0
+	call := upsertCall(func(context.Context, string, []byte) (redq.UpsertOutcome, error) {
+		if calls++; calls <= 2 {
+			return 0, late
+		}
+		return redq.Created, nil
+	})
+	var refused atomic.Int64
+	if out, err := call.again(context.Background(), "key:1", nil, &refused); err != nil || out != redq.Created || refused.Load() != 2 || calls != 3 {
+		t.Fatalf("again = %v, %v after %d calls, %d refused; want Created after 3 calls, 2 refused", out, err, calls, refused.Load())
+	}
+	other := errors.New("redq: upsert: connection refused")
+	calls = 0
+	call = func(context.Context, string, []byte) (redq.UpsertOutcome, error) { calls++; return 0, other }
+	if _, err := call.again(context.Background(), "key:1", nil, &refused); !errors.Is(err, other) || calls != 1 {
+		t.Fatalf("again on another error = %v after %d calls, want it returned at once", err, calls)
+	}
+	calls = 0
+	call = func(context.Context, string, []byte) (redq.UpsertOutcome, error) { calls++; return 0, late }
+	if _, err := call.again(context.Background(), "key:1", nil, &refused); !refusedLate(err) || calls != refusedTries+1 {
+		t.Fatalf("again refused every time = %v after %d calls, want the refusal after %d", err, calls, refusedTries+1)
+	}
 }
