@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.n, "n", 100_000, "base workload size; every workload scales with it (1M queued = 10n)")
 	fs.IntVar(&c.reps, "reps", 5, "repetitions of every workload and system")
 	fs.StringVar(&only, "only", "", "comma-separated workload name prefixes to run (e.g. e2e,idle); default all")
-	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list); default all")
+	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list,rimer); default all")
 	fs.StringVar(&c.out, "out", "results", "directory for results.json, results.md and chart.svg/.png")
 	fs.IntVar(&c.idleSamples, "idle-samples", 200, "deliveries per idle pickup run")
 	fs.IntVar(&c.steadyRate, "rate", 5000, "offered deliveries per second in e2e/steady")
@@ -123,6 +123,7 @@ func allSystems() []system {
 		newStreams(),
 		newList(),
 		newSeedRound(),
+		newRimer(),
 	}
 }
 

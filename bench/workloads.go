@@ -192,7 +192,7 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 				return []float64{b}, err
 			},
 		},
-	}, schedWorkloads(z)...)
+	}, slices.Concat(schedWorkloads(z), keyedWorkloads(z))...)
 }
 
 // e2eShape describes who consumes in an end-to-end run.
@@ -207,8 +207,9 @@ func e2eShape(cfg e2eConfig) string {
 func (w workload) takesPart(name string) bool {
 	if w.systems == nil {
 		// Variants that only change idle behaviour add nothing elsewhere,
-		// and the round baseline is no work queue.
-		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != seedRoundName
+		// the round baseline is no work queue, and the timer baseline runs
+		// only the timer workloads.
+		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != seedRoundName && name != "rimer"
 	}
 	return slices.Contains(w.systems, name)
 }

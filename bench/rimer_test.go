@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// One poll after the timers expired pushes each of them once, and only
+// them: a timer not yet due stays registered, and fires at a later poll.
+func TestRimerPollFiresEveryTimer(t *testing.T) {
+	e, ctx := testEnv(t), testContext(t)
+	rdb := e.newClient(4)
+	defer rdb.Close()
+	tm := newRimerNS(rdb)
+	const n = 2500 // more than one SCAN page and one push chunk
+	now := time.Now()
+	dues, err := tm.fill(ctx, n, func(int) time.Time { return now.Add(50 * time.Millisecond) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.createMany(ctx, []string{"later"}, []time.Duration{time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dues {
+		if d.Before(now.Add(50*time.Millisecond)) || d.After(time.Now().Add(50*time.Millisecond)) {
+			t.Fatalf("timer %d due %v, want 50ms after it was set", i, d)
+		}
+	}
+	if fired, err := tm.poll(ctx); err != nil || fired != 0 {
+		t.Fatalf("a poll before anything is due pushed %d (%v)", fired, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	fired, err := tm.poll(ctx)
+	if err != nil || fired != n {
+		t.Fatalf("poll pushed %d (%v), want %d", fired, err, n)
+	}
+	if fired, err := tm.poll(ctx); err != nil || fired != 0 {
+		t.Fatalf("a second poll pushed %d (%v), want none", fired, err)
+	}
+	registered, queued, err := tm.left(ctx)
+	if err != nil || registered != 1 || queued != n {
+		t.Fatalf("left: %d registered, %d queued (%v); want 1 and %d", registered, queued, err, n)
+	}
+	tl := newFireTally(n)
+	for range n {
+		key, err := tm.next(ctx, time.Second)
+		if err != nil || key == "" {
+			t.Fatalf("next: %q, %v", key, err)
+		}
+		tl.fired(key, time.Now(), time.Time{})
+	}
+	if err := tl.counts().exact(); err != nil {
+		t.Fatal(err)
+	}
+	if key, err := tm.next(ctx, time.Second); err != nil || key != "" {
+		t.Fatalf("next on an empty list: %q, %v", key, err)
+	}
+	if n, err := rdb.Exists(ctx, tm.timerKey("later")).Result(); err != nil || n != 1 {
+		t.Fatalf("the timer not due: %d, %v", n, err)
+	}
+	// Nothing is left of the polls' temporary sets.
+	if keys, err := rdb.Keys(ctx, tm.prefix+":_registered_*").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("temporary sets left: %v, %v", keys, err)
+	}
+}
+
+// A whole baseline run with one poller fires every timer once, about a
+// poll period late at worst; a consumer that dies after taking loses its
+// fires; two pollers started together push timers twice.
+func TestRimerFireTimers(t *testing.T) {
+	e, ctx := testEnv(t), testContext(t)
+	s := newRimer().(rimerSystem)
+	cfg := timerConfig{N: 300, Spread: 500 * time.Millisecond, Consumers: 4, Pairs: 1, Poll: 200 * time.Millisecond, Drain: 10 * time.Second}
+
+	tl, err := s.FireTimers(ctx, e, cfg)
+	if err != nil {
+		t.Fatalf("FireTimers: %v", err)
+	}
+	if err := tl.counts().exact(); err != nil {
+		t.Fatalf("one poller: %v", err)
+	}
+	late := tl.lateness()
+	if len(late) != cfg.N || slices.Min(late) < -time.Millisecond || slices.Max(late) > cfg.Poll+2*time.Second {
+		t.Fatalf("%d lateness samples from %s to %s", len(late), slices.Min(late), slices.Max(late))
+	}
+	t.Logf("one poller: p50 %s, p99 %s", percentile(late, 0.5), percentile(late, 0.99))
+
+	victim := cfg
+	victim.VictimTakes = 10
+	tl, err = s.FireTimers(ctx, e, victim)
+	if err != nil {
+		t.Fatalf("FireTimers with a victim: %v", err)
+	}
+	if c := tl.counts(); c.Lost != 10 || c.Double != 0 {
+		t.Fatalf("a consumer died holding 10 fires: %s; want 10 lost", c)
+	}
+
+	pairs := cfg
+	pairs.Pairs = 2
+	tl, err = s.FireTimers(ctx, e, pairs)
+	if err != nil {
+		t.Fatalf("FireTimers with two pollers: %v", err)
+	}
+	c := tl.counts()
+	t.Logf("two pollers: %s", c)
+	if c.Lost != 0 || c.Double == 0 {
+		t.Fatalf("two pollers: %s; want none lost and some fired twice", c)
+	}
+}
+
+func TestRimerTimerBurst(t *testing.T) {
+	e, ctx := testEnv(t), testContext(t)
+	d, err := newRimer().(rimerSystem).TimerBurst(ctx, e, 500, 4)
+	if err != nil {
+		t.Fatalf("TimerBurst: %v", err)
+	}
+	// The first poll, at the start, finds every timer expired.
+	if d <= 0 || d > rimerPoll {
+		t.Fatalf("TimerBurst took %s, want under a poll period", d)
+	}
+}
+
+// The stop of a rimer crew lets a BRPOP finish instead of cutting it off,
+// so the bench drops no fire itself.
+func TestRimerCrewStopsGracefully(t *testing.T) {
+	e, ctx := testEnv(t), testContext(t)
+	rdb := e.newClient(4)
+	defer rdb.Close()
+	tm := newRimerNS(rdb)
+	tl := newFireTally(1)
+	crew := newRimerCrew(ctx)
+	tm.consumers(ctx, crew, 1, tl, []time.Time{time.Now()})
+	waitBlocked(t, e, 1) // the consumer waits in BRPOP
+	stopped := make(chan error, 1)
+	go func() { stopped <- crew.stop() }()
+	time.Sleep(50 * time.Millisecond)
+	if err := rdb.LPush(context.Background(), tm.queue(), keyName(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if c := tl.counts(); c.Handled != 1 {
+		t.Fatalf("the fire pushed while stopping: %s", c)
+	}
+}
+
+// waitBlocked waits until Redis has n clients blocked.
+func waitBlocked(t *testing.T, e *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := e.admin.InfoMap(context.Background(), "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info["Clients"]["blocked_clients"] == strconv.Itoa(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s clients blocked, want %d", info["Clients"]["blocked_clients"], n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
