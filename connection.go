@@ -345,10 +345,9 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		// which returns what it still holds and unlists it (as rmq does,
 		// it stays listed, inactive, until then). The marker lets the
 		// stats tell that it stopped cleanly rather than died.
-		pipe := c.client.TxPipeline()
-		pipe.Del(ctx, c.keys.heartbeat(c.name))
-		pipe.Set(ctx, c.keys.stopped(c.name), "1", stoppedKeep)
-		if _, err := pipe.Exec(ctx); err != nil {
+		err := scripts.stop.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(c.name), c.keys.stopped(c.name)},
+			c.name, stoppedKeep.Milliseconds()).Err()
+		if err != nil {
 			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
 		}
 	}()

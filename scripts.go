@@ -24,6 +24,7 @@ var scriptFiles embed.FS
 // scriptSet holds the parsed scripts. It is built once and never changed.
 type scriptSet struct {
 	register, heartbeat, declareDead     *redis.Script
+	stop                                 *redis.Script
 	fetch, settle                        *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
@@ -144,6 +145,7 @@ var scripts = scriptSet{
 	register:       mustScript("register"),
 	heartbeat:      mustScript("heartbeat"),
 	declareDead:    mustScript("declare_dead"),
+	stop:           mustScript("stop"),
 	setConsumers:   mustScript("set_consumers"),
 	fetch:          queueScript("fetch"),
 	settle:         queueScript("settle"),

@@ -714,7 +714,8 @@ func (h *redqHold) perAck() (time.Duration, error) {
 }
 
 // Unacked fills a queue with held+k payloads, the held ones (sequence
-// numbers below held) first, and starts 10 consumers (prefetch 1000) that
+// numbers below held) first, and starts 10 consumers (prefetch 1000 more
+// than held) that
 // keep held deliveries unacked and ack the others. It returns the time
 // from the last held delivery taken to the last other acked, divided by
 // the others acked in that time. The held ones are then acked (untimed,
@@ -742,7 +743,9 @@ func (s *redqSystem) Unacked(ctx context.Context, e *env, held, k int) (time.Dur
 		tl.see([]byte(d.Payload()))
 		h.acked()
 	}
-	if err := r.consume(q, redqWorkPrefetch, redqWorkers, consumer, s.poll); err != nil {
+	// The prefetch limit bounds what the connection holds (as in rmq):
+	// room for the held ones and a working buffer.
+	if err := r.consume(q, redqWorkPrefetch+held, redqWorkers, consumer, s.poll); err != nil {
 		return 0, fmt.Errorf("unacked: %w", err)
 	}
 	if err := r.waitHold(ctx, h, redqLimit(held+k)); err != nil {
@@ -868,7 +871,9 @@ func (s *redqSystem) Recover(ctx context.Context, e *env, n int) (time.Duration,
 	}
 	tl := newTally(n)
 	neverAck := func(d redq.Delivery) { tl.see([]byte(d.Payload())) }
-	if err := r.consume(q, redqWorkPrefetch, 1, neverAck, s.poll); err != nil {
+	// A never-acking consumer holds everything: the prefetch limit, which
+	// bounds what the connection holds, must let it.
+	if err := r.consume(q, max(redqWorkPrefetch, n), 1, neverAck, s.poll); err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
 	if err := r.wait(ctx, tl, redqLimit(n)); err != nil {

@@ -49,6 +49,10 @@ func classifyKey(name, ns, queue string) (role string, kind int) {
 		return "set of connections", keySmall
 	case strings.HasPrefix(name, g+"hb:"):
 		return "heartbeat", keyRecord
+	case strings.HasPrefix(name, g+"stopped:"):
+		return "marker of a connection that stopped cleanly", keyRecord
+	case name == g+"timers", name == g+"rounds":
+		return "set of timer sets or rounds", keySmall
 	case !strings.HasPrefix(name, p):
 		return "unknown key", keyRecord
 	}
@@ -85,6 +89,12 @@ func classifyKey(name, ns, queue string) (role string, kind int) {
 		return "receipts of a connection's releases", keyRecord
 	case head == "lost":
 		return "lost leases of a connection", keyRecord
+	case rest == "kpend", rest == "kpark":
+		return "pending keyed items", keyDeliveries
+	case rest == "krun":
+		return "running keyed items", keyDeliveries
+	case rest == "kver":
+		return "keyed stub version counter", keySmall
 	}
 	return "unknown key of the queue", keyRecord
 }
