@@ -142,6 +142,9 @@ func (k queueKeys) published(conn, field string) string {
 //	                               line counter), issued and expired
 //	                               (counters), win, win_n, prev_n (hand-outs
 //	                               per 10 s window, for the rate)
+//	ns:{round:name}:rec:<conn>:<field>  the record of a connection's call
+//	                               slot: token:outcome of its last Add, Remove
+//	                               or Reissue (expires after an hour)
 //	ns:{round:name}:signal         list holding one marker while an item
 //	                               may have become due that waiters do not
 //	                               know of (Add, Reissue); blocked Next calls
@@ -159,6 +162,10 @@ func newRoundKeys(ns, name string) roundKeys {
 	return roundKeys{prefix: p, order: p + ":order", data: p + ":data", info: p + ":info",
 		expiry: p + ":expiry", state: p + ":state", signal: p + ":signal"}
 }
+
+// record is the record of one call slot of a connection for the calls
+// that run once per token (Add, Remove, Reissue).
+func (k roundKeys) record(conn, field string) string { return k.prefix + ":rec:" + conn + ":" + field }
 
 // all returns every key of the round in the order the round scripts take
 // them as KEYS (see scripts/round_lib.lua).

@@ -1214,7 +1214,8 @@ func procLoadScripts(t testing.TB, client redis.UniversalClient) {
 	all := []*redis.Script{scripts.register, scripts.heartbeat, scripts.declareDead, scripts.setConsumers,
 		scripts.fetch, scripts.settle, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
 		scripts.publish, scripts.put, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
-		scripts.counts, scripts.drain, scripts.upsert, scripts.keyedCancel, scripts.keyedRunNow, scripts.keyedLookup}
+		scripts.counts, scripts.drain, scripts.upsert, scripts.keyedCancel, scripts.keyedRunNow, scripts.keyedLookup,
+		scripts.roundAdd, scripts.roundRemove, scripts.roundReissue, scripts.roundNext, scripts.roundOpen}
 	for _, sc := range all {
 		if err := sc.Load(context.Background(), client).Err(); err != nil {
 			t.Fatalf("load script %s: %v", sc.Hash(), err)

@@ -477,3 +477,42 @@ func TestConcurrentCallsAreNeverTakenForLateSends(t *testing.T) {
 		}
 	})
 }
+
+// A round's Add, Reissue and Remove whose reply is lost are sent again and
+// answer what the first send did: true for the item the first send added
+// or removed.
+func TestRoundCallsRunOnceWhenTheirReplyIsLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		round, err := r.worker.OpenRound("feeds", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		before := r.proxy.trips()
+		r.proxy.arm("feed-one")
+		if added, err := round.Add(ctx, "feed-one", []byte("data")); !added || err != nil {
+			t.Fatalf("LIBRARY BUG: Add whose reply was lost: %v, %v; want true (it added the item)", added, err)
+		}
+		if _, err := round.Next(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		r.proxy.arm(procScriptPatterns(scripts.roundReissue)[0])
+		if ok, err := round.Reissue(ctx, "feed-one"); !ok || err != nil {
+			t.Fatalf("Reissue whose reply was lost: %v, %v", ok, err)
+		}
+		r.proxy.arm(procScriptPatterns(scripts.roundRemove)[0])
+		if removed, err := round.Remove(ctx, "feed-one"); !removed || err != nil {
+			t.Fatalf("LIBRARY BUG: Remove whose reply was lost: %v, %v; want true (it removed the item)", removed, err)
+		}
+		if got := r.proxy.trips() - before; got != 3 {
+			t.Fatalf("the proxy lost %d replies, want 3", got)
+		}
+		if n, err := round.Len(ctx); n != 0 || err != nil {
+			t.Fatalf("the round holds %d, %v; want nothing", n, err)
+		}
+	})
+}

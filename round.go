@@ -262,7 +262,7 @@ func (r *redisRound) Add(ctx context.Context, id string, data []byte) (bool, err
 		return false, fmt.Errorf("%w: %w", ErrorPayloadTooLarge,
 			argError("round item data", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", limit)))
 	}
-	n, err := scripts.roundAdd.Run(ctx, r.conn.client, r.keyArg, id, data, r.period, r.ttl).Int64()
+	n, err := r.once(ctx, scripts.roundAdd, id, data, r.period, r.ttl)
 	if err != nil {
 		return false, fmt.Errorf("redq: add to round %q: %w", r.name, err)
 	}
@@ -273,7 +273,7 @@ func (r *redisRound) Remove(ctx context.Context, id string) (bool, error) {
 	if err := checkRoundID(id); err != nil {
 		return false, err
 	}
-	n, err := scripts.roundRemove.Run(ctx, r.conn.client, r.keyArg, id).Int64()
+	n, err := r.once(ctx, scripts.roundRemove, id)
 	if err != nil {
 		return false, fmt.Errorf("redq: remove from round %q: %w", r.name, err)
 	}
@@ -284,11 +284,31 @@ func (r *redisRound) Reissue(ctx context.Context, id string) (bool, error) {
 	if err := checkRoundID(id); err != nil {
 		return false, err
 	}
-	n, err := scripts.roundReissue.Run(ctx, r.conn.client, r.keyArg, id).Int64()
+	n, err := r.once(ctx, scripts.roundReissue, id)
 	if err != nil {
 		return false, fmt.Errorf("redq: reissue in round %q: %w", r.name, err)
 	}
 	return n == 1, nil
+}
+
+// once runs a round script that answers a number once per token (Add,
+// Remove, Reissue): with the round's keys and the record of the call slot
+// it holds, and the token after args. Calls of many goroutines share
+// pipelines, and a call is sent again while Redis gives no answer (see
+// scriptBatcher), so its answer is what it did even when a reply was lost.
+func (r *redisRound) once(ctx context.Context, script *redis.Script, args ...any) (int64, error) {
+	v, err := r.conn.keyed.call(ctx, func(field, token string) scriptCall {
+		return scriptCall{script, append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.name, field)),
+			append(append([]any(nil), args...), token)}
+	})
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w %v", errBadReply, v)
+	}
+	return n, nil
 }
 
 func (r *redisRound) Get(ctx context.Context, id string) (RoundItem, error) {

@@ -214,7 +214,9 @@ func TestRoundKeysAreItsOwn(t *testing.T) {
 			t.Fatalf("found only the round keys %v", keys)
 		}
 		for _, k := range keys {
-			if !declared[k] {
+			// the records of the connection's call slots (see roundKeys.record)
+			isRecord := strings.HasPrefix(k, r.keys.prefix+":rec:"+c.name+":")
+			if !declared[k] && !isRecord {
 				t.Errorf("key %s is not one of the round's declared keys", k)
 			}
 		}

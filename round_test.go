@@ -367,8 +367,11 @@ func fillRound(t testing.TB, r *redisRound, from, n int, data string) {
 		hi := min(lo+1000, from+n)
 		pipe := r.conn.client.Pipeline()
 		cmds := make([]*redis.Cmd, 0, hi-lo)
+		keys := append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.name, "fill"))
 		for i := lo; i < hi; i++ {
-			cmds = append(cmds, scripts.roundAdd.EvalSha(ctx, pipe, r.keyArg, fmt.Sprintf("id%d", i), data, r.period, r.ttl))
+			// one call slot, "fill", with tokens that grow (see recalled)
+			token := r.conn.nextToken()
+			cmds = append(cmds, scripts.roundAdd.EvalSha(ctx, pipe, keys, fmt.Sprintf("id%d", i), data, r.period, r.ttl, token))
 		}
 		if err := scripts.roundAdd.Load(ctx, r.conn.client).Err(); err != nil {
 			t.Fatal(err)

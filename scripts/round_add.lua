@@ -4,10 +4,17 @@
 -- calls; an existing one keeps its place. Removes up to ROUND_STEP expired
 -- items on the way. Returns 1 for a new item, 0 for an existing one.
 --
--- KEYS: the round's keys (see round_lib.lua)
+-- Once per token (ARGV[5]): a send of a call that ran already answers
+-- what it answered (see recalled in lib.lua).
+--
+-- KEYS: the round's keys and the call's record (see round_lib.lua)
 -- ARGV[1] id, ARGV[2] data, ARGV[3] period, ARGV[4] ttl (the caller's, used
--- when none is stored)
+-- when none is stored), ARGV[5] token
 local K = round_keys(KEYS)
+local done = recalled(K.record, ARGV[5])
+if done then
+  return done
+end
 local id = ARGV[1]
 local now = now_ms()
 local _, ttl = round_settings(K, ARGV[3], ARGV[4])
@@ -28,6 +35,7 @@ if m then
       redis.call('ZREM', K.expiry, id)
     end
   end
+  remember(K.record, ARGV[5], 0)
   return 0
 end
 round_to_front(K, id)
@@ -37,4 +45,5 @@ if expireAt > 0 then
   redis.call('ZADD', K.expiry, round_int(expireAt), id)
 end
 round_wake(K)
+remember(K.record, ARGV[5], 1)
 return 1

@@ -9,11 +9,15 @@
 --   expiry  sorted set id -> expireAt, for the items that have a TTL
 --   state   hash: period, ttl, seq, issued, expired, win, win_n, prev_n
 --   signal  list: a marker while items may be due that waiters do not know of
+-- and, for Add, Remove and Reissue, which run once per token like a
+-- publish (see recalled in lib.lua), the record of the call slot the call
+-- holds:
+--   record  string 'token:outcome' (expires after REPLY_KEEP)
 --
 -- (The fields are not named meta or wake: scripts.go picks helpers by the
 -- words a script uses, and lib.lua defines those.)
 local function round_keys(k)
-  return {order = k[1], data = k[2], info = k[3], expiry = k[4], state = k[5], signal = k[6]}
+  return {order = k[1], data = k[2], info = k[3], expiry = k[4], state = k[5], signal = k[6], record = k[7]}
 end
 
 -- Places in the round. An item that was issued sits at the time of its

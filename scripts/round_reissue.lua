@@ -4,20 +4,28 @@
 -- front line keeps its place. Wakes waiting Next calls. Returns 1 if the
 -- item is there, 0 if not.
 --
--- KEYS: the round's keys (see round_lib.lua); ARGV[1] id
+-- Once per token (ARGV[2]), as round_add.lua.
+--
+-- KEYS: the round's keys and the call's record (see round_lib.lua)
+-- ARGV[1] id, ARGV[2] token
 local K = round_keys(KEYS)
+local out = recalled(K.record, ARGV[2])
+if out then
+  return out
+end
 local id = ARGV[1]
 local now = now_ms()
 local m = round_live(K, id, now)
-if not m then
-  return 0
+out = 0
+if m then
+  out = 1
+  local place = tonumber(redis.call('ZSCORE', K.order, id))
+  if not (place and place < 0) then
+    round_to_front(K, id)
+    m[5] = now
+    redis.call('HSET', K.info, id, round_info_string(m))
+    round_wake(K)
+  end
 end
-local place = tonumber(redis.call('ZSCORE', K.order, id))
-if place and place < 0 then
-  return 1
-end
-round_to_front(K, id)
-m[5] = now
-redis.call('HSET', K.info, id, round_info_string(m))
-round_wake(K)
-return 1
+remember(K.record, ARGV[2], out)
+return out
