@@ -104,13 +104,10 @@ func (w RedisWrapper) RPopLPush(source, destination string) (string, error) {
 	return v, err
 }
 
-// RPop pops the tail of a list; ErrorNotFound when it is empty.
+// RPop pops the tail of a list; redis.Nil when it is empty (as rmq's: only
+// RPopLPush turns that into ErrorNotFound).
 func (w RedisWrapper) RPop(key string) (string, error) {
-	v, err := w.rawClient.RPop(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
-		return v, ErrorNotFound
-	}
-	return v, err
+	return w.rawClient.RPop(context.Background(), key).Result()
 }
 
 // SAdd adds value to a set.
