@@ -209,8 +209,9 @@ func (c *TestBatchConsumer) Finish() {
 	c.finish <- 1
 }
 
-// NewTestQueue returns a TestQueue of that name (see TestConnection).
-func NewTestQueue(name string) *TestQueue { return &TestQueue{name: name} }
+// NewTestQueue returns a TestQueue of that name (see TestConnection), with
+// an empty LastDeliveries, as rmq's.
+func NewTestQueue(name string) *TestQueue { return &TestQueue{name: name, LastDeliveries: []string{}} }
 
 // GetDelivery returns the payload published to the queue at index, or a
 // message saying there is none (as rmq's does).
