@@ -703,6 +703,35 @@ func TestRmqStopAllConsumingCantOpenQueue(t *testing.T) {
 	})
 }
 
+// rmq's TestClusterConnection_StopAllConsuming_CalledTwice (from
+// queue_cluster_test.go, the one test there without a single-node twin),
+// on a single node: calling StopAllConsuming again is safe, and the
+// heartbeat stays stopped. rmq checks the heartbeat with its unexported
+// checkHeartbeat; the stats show it as an inactive connection.
+func TestRmqStopAllConsumingCalledTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		connection, err := OpenClusterConnection("conn1", b.client, nil, ns)
+		mustNil(t, err)
+		rmqStopAtEnd(t, connection)
+		observer := rmqOpen(t, b, "observer", ns)
+
+		finishedChan := connection.StopAllConsuming()
+		if finishedChan == nil {
+			t.Fatal("StopAllConsuming returned nil")
+		}
+		<-finishedChan
+		wantConnections(t, observer, map[string]bool{"conn1": false, "observer": true})
+
+		finishedChan = connection.StopAllConsuming()
+		if finishedChan == nil {
+			t.Fatal("the second StopAllConsuming returned nil")
+		}
+		<-finishedChan
+		wantConnections(t, observer, map[string]bool{"conn1": false, "observer": true})
+	})
+}
+
 // rmq's TestConnection_StopAllConsuming_CantStartConsuming.
 func TestRmqStopAllConsumingCantStartConsuming(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
