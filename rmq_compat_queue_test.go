@@ -816,6 +816,16 @@ func TestRmqQueueDrain(t *testing.T) {
 			}
 			eventuallyReady(t, connection, "drain-queue", int64(100-x*10))
 		}
+
+		// Not in rmq's test: Drain of more than is ready. rmq's pops one
+		// at a time and returns what it got with redis.Nil; redq's drains
+		// in one call and returns what was ready with no error (see the
+		// README's rmq section).
+		mustNil(t, queue.Publish("last"))
+		values, err := queue.Drain(10)
+		if err != nil || len(values) != 1 || values[0] != "last" {
+			t.Fatalf("Drain(10) of 1 = %q, %v, want [last], nil", values, err)
+		}
 	})
 }
 
