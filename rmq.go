@@ -153,6 +153,17 @@ func CollectStats(queueList []string, mainConnection Connection) (Stats, error) 
 	return mainConnection.CollectStats(queueList)
 }
 
+// NewStats returns empty stats (rmq's constructor).
+func NewStats() Stats {
+	return Stats{QueueStats: QueueStats{}, OtherConnections: map[string]bool{}}
+}
+
+// NewQueueStat returns the stat of a queue with these counts and no
+// connections (rmq's constructor).
+func NewQueueStat(readyCount, rejectedCount int64) QueueStat {
+	return QueueStat{ReadyCount: readyCount, RejectedCount: rejectedCount, Connections: ConnectionStats{}}
+}
+
 // ActiveSign is the sign rmq's stats page shows for an active (✓) or an
 // inactive (✗) connection.
 func ActiveSign(active bool) string {

@@ -2,6 +2,7 @@ package redq
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,6 +69,24 @@ func TestRmqStats(t *testing.T) {
 		}
 		<-q2.StopConsuming()
 	})
+}
+
+// rmq's exported constructors of stats, which rmq's tests do not call:
+// programs that build pages of their own use them.
+func TestRmqNewStats(t *testing.T) {
+	s := NewStats()
+	q := NewQueueStat(3, 1)
+	if q.ReadyCount != 3 || q.RejectedCount != 1 || q.UnackedCount() != 0 || q.ConsumerCount() != 0 || q.ConnectionCount() != 0 {
+		t.Fatalf("NewQueueStat(3, 1) = %+v", q)
+	}
+	if q.String() != "[ready:3 rejected:1 conn:map[]]" {
+		t.Fatalf("QueueStat.String = %q", q.String())
+	}
+	s.QueueStats["q"] = q
+	want := `<tr><td>q</td><td></td><td>3</td><td></td><td>1</td><td></td><td></td><td></td><td>0</td><td></td><td>0</td><td></td><td>0</td><td></td></tr><tr><td>-----</td></tr></table>`
+	if html := s.GetHtml("", ""); !strings.Contains(html, want) {
+		t.Fatalf("GetHtml = %s", html)
+	}
 }
 
 // The page in rmq's layout, row by row, as rmq's GetHtml writes it (rmq's
