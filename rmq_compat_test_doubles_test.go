@@ -71,6 +71,16 @@ func TestRmqTestQueueEmpty(t *testing.T) {
 	empty("LastDeliveries after Reset", queue.(*TestQueue).LastDeliveries)
 }
 
+// rmq's State prints as its constant's name (rmq's is made by stringer).
+// Not one of rmq's tests.
+func TestRmqStateString(t *testing.T) {
+	for s, want := range map[State]string{Unacked: "Unacked", Acked: "Acked", Rejected: "Rejected", Pushed: "Pushed", Released: "Released", State(9): "State(9)"} {
+		if got := s.String(); got != want {
+			t.Errorf("State(%d).String() = %q, want %q", int(s), got, want)
+		}
+	}
+}
+
 // rmq's TestDeliveryPayload.
 func TestRmqDeliveryPayload(t *testing.T) {
 	var delivery Delivery = NewTestDelivery("p23")

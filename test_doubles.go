@@ -413,18 +413,20 @@ const (
 	Released
 )
 
+// String returns the constant's name ("Unacked", "Acked", …), as rmq's
+// does.
 func (s State) String() string {
 	switch s {
 	case Unacked:
-		return "unacked"
+		return "Unacked"
 	case Acked:
-		return "acked"
+		return "Acked"
 	case Rejected:
-		return "rejected"
+		return "Rejected"
 	case Pushed:
-		return "pushed"
+		return "Pushed"
 	case Released:
-		return "released"
+		return "Released"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
