@@ -390,7 +390,11 @@ func TestRmqBatch(t *testing.T) {
 
 		consumer := NewTestBatchConsumer()
 		// A failed test leaves the consumer waiting in Consume.
-		t.Cleanup(func() { go consumer.Finish() })
+		t.Cleanup(func() {
+			if t.Failed() {
+				go consumer.Finish()
+			}
+		})
 		_, err = queue.AddBatchConsumer("batch-cons", 2, 50*time.Millisecond, consumer)
 		mustNil(t, err)
 		eventuallyTrue(t, "a batch of 2", func() bool { return len(consumer.Last()) == 2 })
