@@ -269,7 +269,13 @@ func (c *redisConnection) isStopped() bool {
 }
 
 func (c *redisConnection) OpenQueue(name string, opts ...QueueOption) (Queue, error) {
-	return c.openQueue(context.Background(), name, opts...)
+	q, err := c.openQueue(context.Background(), name, opts...)
+	if err != nil {
+		// a nil Queue, not a Queue holding a nil *redisQueue: callers
+		// check queue == nil, as with rmq
+		return nil, err
+	}
+	return q, nil
 }
 
 func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...QueueOption) (*redisQueue, error) {

@@ -209,5 +209,5 @@ func ExampleNewTestDeliveryString() {
 	d := redq.NewTestDeliveryString("")
 	consume(d)
 	fmt.Println(d.GetState())
-	// Output: rejected
+	// Output: Rejected
 }

@@ -104,13 +104,10 @@ func (w RedisWrapper) RPopLPush(source, destination string) (string, error) {
 	return v, err
 }
 
-// RPop pops the tail of a list; ErrorNotFound when it is empty.
+// RPop pops the tail of a list; redis.Nil when it is empty (as rmq's: only
+// RPopLPush turns that into ErrorNotFound).
 func (w RedisWrapper) RPop(key string) (string, error) {
-	v, err := w.rawClient.RPop(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
-		return v, ErrorNotFound
-	}
-	return v, err
+	return w.rawClient.RPop(context.Background(), key).Result()
 }
 
 // SAdd adds value to a set.
@@ -154,6 +151,17 @@ func OpenConnectionWithRmqRedisClient(tag string, redisClient RedisClient, errCh
 // function; it is Connection.CollectStats).
 func CollectStats(queueList []string, mainConnection Connection) (Stats, error) {
 	return mainConnection.CollectStats(queueList)
+}
+
+// NewStats returns empty stats (rmq's constructor).
+func NewStats() Stats {
+	return Stats{QueueStats: QueueStats{}, OtherConnections: map[string]bool{}}
+}
+
+// NewQueueStat returns the stat of a queue with these counts and no
+// connections (rmq's constructor).
+func NewQueueStat(readyCount, rejectedCount int64) QueueStat {
+	return QueueStat{ReadyCount: readyCount, RejectedCount: rejectedCount, Connections: ConnectionStats{}}
 }
 
 // ActiveSign is the sign rmq's stats page shows for an active (✓) or an

@@ -63,7 +63,7 @@ func (c TestConnection) GetQueue(name string) *TestQueue {
 	defer c.mu.Unlock()
 	q := c.queues[name]
 	if q == nil {
-		q = &TestQueue{name: name}
+		q = NewTestQueue(name)
 		c.queues[name] = q
 	}
 	return q
@@ -139,18 +139,20 @@ type TestQueue struct {
 
 func (q *TestQueue) String() string { return q.name }
 
-// Deliveries returns a copy of the payloads published so far.
+// Deliveries returns a copy of the payloads published so far (an empty
+// slice, not nil, when there are none, as rmq's).
 func (q *TestQueue) Deliveries() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return append([]string(nil), q.LastDeliveries...)
+	return append([]string{}, q.LastDeliveries...)
 }
 
-// Reset forgets the published payloads.
+// Reset forgets the published payloads (LastDeliveries is an empty slice
+// afterwards, as rmq's).
 func (q *TestQueue) Reset() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.LastDeliveries = nil
+	q.LastDeliveries = []string{}
 }
 
 // Publish records the payloads.
@@ -326,7 +328,7 @@ func (q *TestQueue) PurgeReady() (int64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := int64(len(q.LastDeliveries))
-	q.LastDeliveries = nil
+	q.LastDeliveries = []string{}
 	return n, nil
 }
 
@@ -419,18 +421,20 @@ const (
 	Released
 )
 
+// String returns the constant's name ("Unacked", "Acked", …), as rmq's
+// does.
 func (s State) String() string {
 	switch s {
 	case Unacked:
-		return "unacked"
+		return "Unacked"
 	case Acked:
-		return "acked"
+		return "Acked"
 	case Rejected:
-		return "rejected"
+		return "Rejected"
 	case Pushed:
-		return "pushed"
+		return "Pushed"
 	case Released:
-		return "released"
+		return "Released"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,9 @@ import (
 // that lives as long as the process. Unlike rmq's in-memory one, a
 // connection can run on it: OpenConnectionWithRmqRedisClient(tag,
 // NewTestRedisClient(), errChan) gives a working connection for tests.
+// Its methods answer as rmq's TestRedisClient does, so that tests written
+// against rmq's keep passing; where that differs from Redis (Get, SAdd,
+// LPush of several values), the method says so.
 type TestRedisClient struct {
 	RedisWrapper
 	client *redis.Client
@@ -35,13 +39,44 @@ func NewTestRedisClient() *TestRedisClient {
 	return &TestRedisClient{RedisWrapper: RedisWrapper{rawClient: c}, client: c}
 }
 
-// Get returns the value of key; ErrorNotFound when it has none.
+// Get returns the value of key; as rmq's TestRedisClient, the string "nil"
+// and no error when the key does not exist or does not hold a string.
 func (c *TestRedisClient) Get(key string) (string, error) {
 	v, err := c.client.Get(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", ErrorNotFound
+	if errors.Is(err, redis.Nil) || (err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")) {
+		return "nil", nil
 	}
 	return v, err
+}
+
+// SAdd adds value to the set at key and returns, as rmq's TestRedisClient
+// does, the set's size afterwards (Redis's SADD answers how many members it
+// added).
+func (c *TestRedisClient) SAdd(key, value string) (int64, error) {
+	ctx := context.Background()
+	var card *redis.IntCmd
+	_, err := c.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, value)
+		card = p.SCard(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return card.Val(), nil
+}
+
+// LPush puts values at the head of the list at key in the order given, as
+// rmq's TestRedisClient does: after LPush(k, "1", "2", "3") the list reads
+// 1, 2, 3 from the head and RPop returns "3". (Redis's LPUSH pushes them
+// one after the other, so that "3" ends at the head.) It returns the
+// list's length.
+func (c *TestRedisClient) LPush(key string, value ...string) (int64, error) {
+	args := make([]any, len(value))
+	for i, v := range value {
+		args[len(value)-1-i] = v
+	}
+	return c.client.LPush(context.Background(), key, args...).Result()
 }
 
 // TestConsumer is a Consumer for tests (rmq's): it records every delivery
@@ -174,8 +209,9 @@ func (c *TestBatchConsumer) Finish() {
 	c.finish <- 1
 }
 
-// NewTestQueue returns a TestQueue of that name (see TestConnection).
-func NewTestQueue(name string) *TestQueue { return &TestQueue{name: name} }
+// NewTestQueue returns a TestQueue of that name (see TestConnection), with
+// an empty LastDeliveries, as rmq's.
+func NewTestQueue(name string) *TestQueue { return &TestQueue{name: name, LastDeliveries: []string{}} }
 
 // GetDelivery returns the payload published to the queue at index, or a
 // message saying there is none (as rmq's does).

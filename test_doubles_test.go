@@ -58,7 +58,7 @@ func TestTestDoubles(t *testing.T) {
 	if NewTestDeliveryString("x").WithHeader(map[string][]string{"A": {"b"}}).Header().Get("A") != "b" {
 		t.Fatal("header")
 	}
-	if Pushed.String() != "pushed" {
+	if Pushed.String() != "Pushed" {
 		t.Fatal(Pushed.String())
 	}
 }
