@@ -50,16 +50,7 @@ func TestWritesRefusedAreTypedAndConsumingResumes(t *testing.T) {
 			if err := q.StartConsuming(10, 50*time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
-			acked := make(chan string, 100)
-			if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
-				d := dd.(Message)
-				if err := d.Ack(); err != nil {
-					t.Errorf("ack: %v", err)
-				}
-				acked <- d.Payload()
-			}); err != nil {
-				t.Fatal(err)
-			}
+			acked := ackingConsumer(t, q)
 			if err := q.Publish("before"); err != nil {
 				t.Fatal(err)
 			}

@@ -53,16 +53,7 @@ func TestConsumersPauseAndResumeWhenRedisComesAndGoes(t *testing.T) {
 		if err := q.StartConsuming(10, 50*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		acked := make(chan string, 100)
-		if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
-			d := dd.(Message)
-			if err := d.Ack(); err != nil {
-				t.Errorf("ack: %v", err)
-			}
-			acked <- d.Payload()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		acked := ackingConsumer(t, q)
 		publishAndWait := func(prefix string) {
 			t.Helper()
 			for i := 0; i < 10; i++ {
@@ -189,4 +180,21 @@ func TestStopHandsBackTheBufferAcrossAnOutage(t *testing.T) {
 		}
 		wantCounts(t, c, "jobs", 29, 0, 0)
 	})
+}
+
+// ackingConsumer adds a consumer to q that acks every delivery and sends its
+// payload to the returned channel; an Ack error fails the test.
+func ackingConsumer(t *testing.T, q Queue) <-chan string {
+	t.Helper()
+	acked := make(chan string, 100)
+	if _, err := q.AddConsumerFunc("w", func(dd Delivery) {
+		d := dd.(Message)
+		if err := d.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+		acked <- d.Payload()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return acked
 }
