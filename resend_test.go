@@ -316,9 +316,10 @@ func TestReleaseAppliedBeforeACleanIsNotDenied(t *testing.T) {
 	})
 }
 
-// The publish guard: a plain publish transaction sent twice lands once, a
-// send of an older call under the same field (one that reached Redis
-// late) lands nothing, and the next call lands. Also for Put's script.
+// The publish guard: a plain publish sent twice lands once, in either of
+// its forms and across them, a send of an older call under the same field
+// (one that reached Redis late) lands nothing, and the next call lands.
+// Also for Put's script.
 func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c, err := openConn(b.client, "guard", nil, namespace())
@@ -348,6 +349,9 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 			}
 			return n
 		}
+		// Both forms of a plain publish: the script with the envelopes
+		// (small calls) and the transaction of an LPUSH and the guard.
+		big := pushScriptMax + 2
 		first := envs("first", 3)
 		if n := send("10", first); n != 3 {
 			t.Fatalf("first send published %d, want 3", n)
@@ -358,6 +362,9 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 		if n := send("9", envs("late", 2)); n != 0 {
 			t.Fatalf("a late send of an older call published %d, want 0", n)
 		}
+		if n := send("9", envs("late", big)); n != 0 {
+			t.Fatalf("a late send of an older call in a transaction published %d, want 0", n)
+		}
 		wantCounts(t, c, "jobs", 3, 0, 0)
 		got, err := q.Drain(10)
 		if err != nil {
@@ -366,7 +373,32 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 		if fmt.Sprint(got) != "[first-0 first-1 first-2]" {
 			t.Fatalf("ready holds %v, want the first call's three", got)
 		}
-		if n := send("11", envs("next", 2)); n != 2 {
+		large := envs("large", big)
+		if n := send("11", large); n != int64(big) {
+			t.Fatalf("a large call published %d, want %d", n, big)
+		}
+		if n := send("11", large); n != 0 {
+			t.Fatalf("a large call sent again published %d, want 0", n)
+		}
+		if n, err := q.Drain(int64(2 * big)); err != nil || len(n) != big {
+			t.Fatalf("ready held %d of the large call (%v), want %d", len(n), err, big)
+		}
+		// A call sent in one form and again in the other (it went with
+		// other calls the first time, alone the second) lands once.
+		small, other := p.pushCall(q, "pX", "12", envs("mixed", 2)), p.pushCall(q, "pZ", "12", envs("other", big))
+		for i, cmd := range pushBatch(ctx, c.client, []*pushCall{small, other}) {
+			if n, err := cmd.Int64(); err != nil || n != int64(len([]*pushCall{small, other}[i].envs)) {
+				t.Fatalf("call %d of a mixed batch: %d, %v", i, n, err)
+			}
+		}
+		if n := send("12", small.envs); n != 0 {
+			t.Fatalf("a call sent again alone published %d, want 0", n)
+		}
+		wantCounts(t, c, "jobs", int64(2+big), 0, 0)
+		if _, err := q.PurgeReady(); err != nil {
+			t.Fatal(err)
+		}
+		if n := send("13", envs("next", 2)); n != 2 {
 			t.Fatalf("the next call published %d, want 2", n)
 		}
 		put := func(token string) int64 {
