@@ -59,6 +59,10 @@ var _ timerSystem = rimerSystem{}
 type rimer struct {
 	rdb    *redis.Client
 	prefix string // timers:<ns>
+	// afterDiff, when set (tests only), is called by each poll between its
+	// SDIFF and its push: the window in which an overlapping poll pushes
+	// the same timers again.
+	afterDiff func()
 }
 
 // newRimerNS returns a namespace of timers on rdb that no earlier run used.
@@ -115,6 +119,9 @@ func (t *rimer) poll(ctx context.Context) (int, error) {
 	fired, err := t.rdb.SDiff(ctx, t.registered(), tmp).Result()
 	if err != nil {
 		return 0, fmt.Errorf("rimer: poll: SDIFF: %w", err)
+	}
+	if t.afterDiff != nil {
+		t.afterDiff()
 	}
 	for from := 0; from < len(fired); from += rimerScanCount {
 		chunk := fired[from:min(from+rimerScanCount, len(fired))]
