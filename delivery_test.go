@@ -124,17 +124,22 @@ func TestHeadersReachTheConsumer(t *testing.T) {
 
 // Items that another program pushed into a ready list without an envelope
 // (a queue moved over from rmq, say) are delivered whole and can be acked
-// one by one, even when they are byte-identical.
+// one by one, even when they are byte-identical, or look like the stub of
+// a keyed item; the cleaner leaves them alone.
 func TestForeignItemsAreDelivered(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "foreign", namespace())
 		q := openQueue(t, c, "legacy")
-		raw := []string{"x", "x", "a plain rmq payload that is long", "\x01short", ""}
+		raw := []string{"\x0512:looks like a stub", "x", "x", "a plain rmq payload that is long", "\x01short", "", "\x05x"}
 		for _, r := range raw {
 			if err := b.client.LPush(context.Background(), q.keys.ready, r).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if _, err := NewCleaner(c).Clean(); err != nil {
+			t.Fatalf("the cleaner on a queue holding foreign items: %v", err)
+		}
+		wantCounts(t, c, "legacy", int64(len(raw)), 0, 0)
 		ds := hold(t, q, 10, len(raw))
 		for i, d := range ds {
 			if d.Payload() != raw[i] {

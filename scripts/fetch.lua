@@ -98,16 +98,20 @@ for i = 1, #items do
   else
     local b = string.byte(e, 1)
     if b == 5 and string.match(e, '^\5%d%d+:') then
-      -- a keyed item's stub: take the item it stands for (nil: stale)
+      -- a keyed item's stub: take the item it stands for (nil: stale; a
+      -- look-alike another program pushed comes back as it is, no key)
       e, key = keyed().take_stub(P, e)
-    elseif b == 4 and meta(e) then
-      -- a keyed envelope in a ready list (copied there by hand): upserted
-      -- by its key instead
-      keyed().adopt(P, e, now)
-      e = nil
-    elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
-      -- pushed by another program without an envelope: wrap it
-      e = '\1' .. string.format('~%015d', redis.call('INCR', P .. ':seq')) .. e
+    end
+    if e and not key then
+      if b == 4 and meta(e) then
+        -- a keyed envelope in a ready list (copied there by hand): upserted
+        -- by its key instead
+        keyed().adopt(P, e, now)
+        e = nil
+      elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
+        -- pushed by another program without an envelope: wrap it
+        e = '\1' .. string.format('~%015d', redis.call('INCR', P .. ':seq')) .. e
+      end
     end
   end
   if e then

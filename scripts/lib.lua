@@ -197,9 +197,16 @@ local function keyed()
     return string.sub(e, stop, stop + m[7] - 1)
   end
 
+  -- Whether stale stubs are left in the ready lists (see kstale above).
+  function K.stale_left(P)
+    return tonumber(redis.call('HGET', P .. ':meta', 'kstale') or '0') > 0
+  end
+
   -- The envelope of the item a popped stub x stands for, and its key, after
-  -- taking the item out of the pending records; nil when x is stale (counted
-  -- off kstale).
+  -- taking the item out of the pending records; nil when x is stale
+  -- (counted off kstale). When x is neither (no stale stub is left), it is
+  -- not a stub but an item another program pushed that looks like one, and
+  -- x comes back as it is, with no key.
   function K.take_stub(P, x)
     local ver, pos = string.match(x, '^\5%d(%d+):()')
     local key = string.sub(x, pos)
@@ -211,6 +218,9 @@ local function keyed()
         redis.call('HDEL', kp, key)
         return e, key
       end
+    end
+    if not K.stale_left(P) then
+      return x
     end
     redis.call('HINCRBY', P .. ':meta', 'kstale', -1)
     return nil
@@ -626,17 +636,24 @@ local function drop_expired(P, now, max)
         -- nobody is blocked on an idle queue's marker (it would have woken
         -- them); the consumers that woke fetch anyway
         redis.call('RPOP', key)
-      elseif string.byte(e, 1) == 5 then
+      elseif string.byte(e, 1) == 5 and string.match(e, '^\5%d%d+:') then
         -- a keyed item's stub: dropped when stale, with its item when that
-        -- expired
+        -- expired; a look-alike another program pushed never expires
         local ver, k = string.match(e, '^\5%d(%d+):(.*)$')
         local r = redis.call('HGET', P .. ':kpend', k)
+        local live = false
         if r then
           local s, ke = keyed().parse_rec(r)
-          local m = meta(ke)
-          if s[1] == tonumber(ver) and not (m[5] > 0 and m[5] <= now) then
-            break
+          if s[1] == tonumber(ver) then
+            local m = meta(ke)
+            if not (m[5] > 0 and m[5] <= now) then
+              break
+            end
+            live = true
           end
+        end
+        if not live and not keyed().stale_left(P) then
+          break
         end
         redis.call('RPOP', key)
         local item = keyed().take_stub(P, e)
