@@ -83,9 +83,18 @@ const (
 	checkLogs     = "the worker logs make sense"
 )
 
-// wantOnlyFailing fails the test unless exactly the named checks failed.
+// allChecks is every check the verdict reports (see soakChecker.verdict).
+var allChecks = []string{checkAcked, checkDupIDs, checkLanded, checkFalseAck, checkPhantom, checkTyped, checkLogs}
+
+// wantOnlyFailing fails the test unless every known check was reported and
+// exactly the named checks failed.
 func wantOnlyFailing(t *testing.T, checks map[string]soakCheck, names ...string) {
 	t.Helper()
+	for _, n := range allChecks {
+		if _, ok := checks[n]; !ok {
+			t.Fatalf("check %q not reported (got %d checks)", n, len(checks))
+		}
+	}
 	want := map[string]bool{}
 	for _, n := range names {
 		if _, ok := checks[n]; !ok {
@@ -240,8 +249,9 @@ func TestSoakCheckerCatchesNonsense(t *testing.T) {
 			// Payload 0 is also acked by another process, so that only the
 			// nonsense fails.
 			_, checks, _ := judge(t, 1, nil, nil, synthProc{alive, synthLog(lines...)}, synthProc{soakFate{name: "worker 2"}, synthLog(settled(5, 0)...)})
-			if checks[checkLogs].ok {
-				t.Errorf("not caught: %v", checks[checkLogs])
+			ck, found := checks[checkLogs]
+			if !found || ck.ok {
+				t.Fatalf("not caught (check reported: %v): %v", found, ck)
 			}
 		})
 	}
