@@ -85,6 +85,17 @@ func argError(arg string, value any, reason string) error {
 	return &ArgumentError{Arg: arg, Value: value, Reason: reason}
 }
 
+// checkPayloadSize refuses a payload of size bytes over limit (see
+// WithMaxPayloadSize) with an error that matches both ErrorPayloadTooLarge
+// and *ArgumentError; what names it ("payload 3", "round item data").
+func checkPayloadSize(what string, size, limit int) error {
+	if size <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrorPayloadTooLarge,
+		argError(what, fmt.Sprintf("%d bytes", size), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", limit)))
+}
+
 // HeartbeatError is sent to the error channel when refreshing the
 // connection's heartbeat fails. Count is the number of consecutive failures;
 // when it reaches the heartbeat error limit the connection stops all

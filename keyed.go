@@ -138,21 +138,21 @@ type KeyedItem struct {
 	Updates int64
 }
 
-// validKey reports why key cannot be used, or "" when it can. Any bytes
-// are stored as they are (NUL and the scripts' delimiters included).
-func validKey(key string) string {
+// checkKey refuses a key that cannot be used. Any bytes are stored as they
+// are (NUL and the scripts' delimiters included).
+func checkKey(key string) error {
 	switch {
 	case key == "":
-		return "must not be empty"
+		return argError("key", key, "must not be empty")
 	case len(key) > MaxKeyLength:
-		return fmt.Sprintf("must be at most %d bytes, is %d", MaxKeyLength, len(key))
+		return argError("key", key, fmt.Sprintf("must be at most %d bytes, is %d", MaxKeyLength, len(key)))
 	}
-	return ""
+	return nil
 }
 
 func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opts ...PublishOption) (UpsertOutcome, error) {
-	if why := validKey(key); why != "" {
-		return 0, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return 0, err
 	}
 	o := q.defaults
 	for _, opt := range opts {
@@ -167,8 +167,8 @@ func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opt
 	if o.maxWait > 0 && o.maxWait < delay {
 		return 0, argError("MaxWait", o.maxWait, "must not be below the delay given ("+delay.String()+")")
 	}
-	if len(payload) > q.conn.opts.maxPayloadSize {
-		return 0, fmt.Errorf("%w: payload is %d bytes, the maximum is %d", ErrorPayloadTooLarge, len(payload), q.conn.opts.maxPayloadSize)
+	if err := checkPayloadSize("payload", len(payload), q.conn.opts.maxPayloadSize); err != nil {
+		return 0, err
 	}
 	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header, key: key}
 	env, err := encodeWithID(string(q.conn.ids.next(make([]byte, 0, idLen), time.Now())), m, payload)
@@ -190,24 +190,24 @@ func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opt
 }
 
 func (q *redisQueue) Cancel(ctx context.Context, key string) (bool, error) {
-	if why := validKey(key); why != "" {
-		return false, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	out, err := q.keyedCall(ctx, "cancel", scripts.keyedCancel, key)
 	return out == 1, err
 }
 
 func (q *redisQueue) RunNow(ctx context.Context, key string) (bool, error) {
-	if why := validKey(key); why != "" {
-		return false, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	out, err := q.keyedCall(ctx, "run now", scripts.keyedRunNow, key)
 	return out == 1, err
 }
 
 func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) {
-	if why := validKey(key); why != "" {
-		return KeyedItem{}, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return KeyedItem{}, err
 	}
 	v, err := scripts.keyedLookup.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, key).Slice()
 	if err != nil {

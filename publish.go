@@ -181,8 +181,8 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	size := 0
 	for i, p := range payloads {
 		size += len(p)
-		if len(p) > q.conn.opts.maxPayloadSize {
-			return fmt.Errorf("%w: payload %d is %d bytes, the maximum is %d", ErrorPayloadTooLarge, i, len(p), q.conn.opts.maxPayloadSize)
+		if err := checkPayloadSize(fmt.Sprintf("payload %d", i), len(p), q.conn.opts.maxPayloadSize); err != nil {
+			return err
 		}
 		env, err := encodeEnvelope(q.conn.ids, now, m, p)
 		if err != nil {

@@ -258,9 +258,8 @@ func (r *redisRound) Add(ctx context.Context, id string, data []byte) (bool, err
 	if err := checkRoundID(id); err != nil {
 		return false, err
 	}
-	if limit := r.conn.opts.maxPayloadSize; len(data) > limit {
-		return false, fmt.Errorf("%w: %w", ErrorPayloadTooLarge,
-			argError("round item data", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", limit)))
+	if err := checkPayloadSize("round item data", len(data), r.conn.opts.maxPayloadSize); err != nil {
+		return false, err
 	}
 	n, err := r.once(ctx, scripts.roundAdd, id, data, r.period, r.ttl)
 	if err != nil {

@@ -133,8 +133,11 @@ type TestQueue struct {
 	// LastDeliveries holds the payloads published so far, oldest first.
 	// Read it with Deliveries when other goroutines publish.
 	LastDeliveries []string
-	// keyed holds the pending keyed items by key (see Upsert).
-	keyed map[string]KeyedItem
+	// keyed holds the pending keyed items by key (see Upsert), and
+	// keyedWait when each was first upserted and the latest due time its
+	// MaxWaits allow (zero: none).
+	keyed     map[string]KeyedItem
+	keyedWait map[string][2]time.Time
 }
 
 func (q *TestQueue) String() string { return q.name }
@@ -203,12 +206,12 @@ func (q *TestQueue) SetPushQueue(Queue) {}
 // Upsert keeps the key's pending item in memory, by the mode's rules:
 // Created for a new key, then Updated (ReplaceAll, ReplacePayload) or Kept
 // (KeepExisting). The due time is the local clock's plus the delay (or
-// At); MaxWait bounds it from the item's first upsert. Nothing ever runs:
-// read the items with Lookup. Options and keys are checked as the real
-// queue checks them.
+// At), and never later than the item's first upsert plus the smallest
+// MaxWait given. Nothing ever runs: read the items with Lookup. Options,
+// keys and the payload's size are checked as the real queue checks them.
 func (q *TestQueue) Upsert(_ context.Context, key string, payload []byte, opts ...PublishOption) (UpsertOutcome, error) {
-	if why := validKey(key); why != "" {
-		return 0, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return 0, err
 	}
 	var o publishOptions
 	for _, opt := range opts {
@@ -224,17 +227,31 @@ func (q *TestQueue) Upsert(_ context.Context, key string, payload []byte, opts .
 	if o.maxWait > 0 && o.maxWait < due.Sub(now) {
 		return 0, argError("MaxWait", o.maxWait, "must not be below the delay given")
 	}
+	if err := checkPayloadSize("payload", len(payload), DefaultMaxPayloadSize); err != nil {
+		return 0, err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.keyed == nil {
-		q.keyed = map[string]KeyedItem{}
+		q.keyed, q.keyedWait = map[string]KeyedItem{}, map[string][2]time.Time{}
 	}
 	item, ok := q.keyed[key]
+	wait := q.keyedWait[key]
 	if !ok {
-		if o.maxWait > 0 && due.After(now.Add(o.maxWait)) {
-			due = now.Add(o.maxWait)
+		wait = [2]time.Time{now}
+	}
+	if limit := wait[0].Add(o.maxWait); o.maxWait > 0 && (wait[1].IsZero() || limit.Before(wait[1])) {
+		wait[1] = limit
+	}
+	capped := func(due time.Time) time.Time {
+		if !wait[1].IsZero() && due.After(wait[1]) {
+			return wait[1]
 		}
-		q.keyed[key] = KeyedItem{Key: key, Payload: append([]byte(nil), payload...), Due: due, Pending: true}
+		return due
+	}
+	if !ok {
+		q.keyed[key] = KeyedItem{Key: key, Payload: append([]byte(nil), payload...), Due: capped(due), Pending: true}
+		q.keyedWait[key] = wait
 		return Created, nil
 	}
 	item.Updates++
@@ -246,26 +263,28 @@ func (q *TestQueue) Upsert(_ context.Context, key string, payload []byte, opts .
 	if o.onExisting == ReplaceAll {
 		item.Due = due
 	}
-	q.keyed[key] = item
+	item.Due = capped(item.Due)
+	q.keyed[key], q.keyedWait[key] = item, wait
 	return Updated, nil
 }
 
 // Cancel forgets the key's pending item and reports whether there was one.
 func (q *TestQueue) Cancel(_ context.Context, key string) (bool, error) {
-	if why := validKey(key); why != "" {
-		return false, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, ok := q.keyed[key]
 	delete(q.keyed, key)
+	delete(q.keyedWait, key)
 	return ok, nil
 }
 
 // Lookup returns the key's pending item; ErrorNotFound when there is none.
 func (q *TestQueue) Lookup(_ context.Context, key string) (KeyedItem, error) {
-	if why := validKey(key); why != "" {
-		return KeyedItem{}, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return KeyedItem{}, err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -278,8 +297,8 @@ func (q *TestQueue) Lookup(_ context.Context, key string) (KeyedItem, error) {
 
 // RunNow sets the pending item's due time to now.
 func (q *TestQueue) RunNow(_ context.Context, key string) (bool, error) {
-	if why := validKey(key); why != "" {
-		return false, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -592,27 +611,33 @@ func (t *TestTimers) changedLocked() {
 
 // Set creates or moves the timer of key.
 func (t *TestTimers) Set(_ context.Context, key string, d time.Duration) error {
-	return t.set(key, d, time.Now().Add(d), false, nil)
+	return t.set(key, Delay(d), false, nil)
 }
 
 // SetAt creates or moves the timer of key to at.
 func (t *TestTimers) SetAt(_ context.Context, key string, at time.Time) error {
-	return t.set(key, time.Until(at), at, false, nil)
+	return t.set(key, At(at), false, nil)
 }
 
 // Create creates the timer of key when none is pending.
 func (t *TestTimers) Create(_ context.Context, key string, d time.Duration) (bool, error) {
 	var created bool
-	err := t.set(key, d, time.Now().Add(d), true, &created)
+	err := t.set(key, Delay(d), true, &created)
 	return created, err
 }
 
-func (t *TestTimers) set(key string, d time.Duration, at time.Time, onlyNew bool, created *bool) error {
-	if why := validKey(key); why != "" {
-		return argError("key", key, why)
+// set checks key and when (Delay or At) as the real timers do.
+func (t *TestTimers) set(key string, when PublishOption, onlyNew bool, created *bool) error {
+	if err := checkKey(key); err != nil {
+		return err
 	}
-	if d < 0 && at.IsZero() || d > MaxDelay {
-		return argError("delay", d, "must be between 0 and "+MaxDelay.String())
+	var o publishOptions
+	if err := when(&o); err != nil {
+		return err
+	}
+	at := time.Now().Add(o.delay)
+	if !o.at.IsZero() {
+		at = o.at
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -629,8 +654,8 @@ func (t *TestTimers) set(key string, d time.Duration, at time.Time, onlyNew bool
 
 // Cancel removes the pending timer of key.
 func (t *TestTimers) Cancel(_ context.Context, key string) (bool, error) {
-	if why := validKey(key); why != "" {
-		return false, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -641,8 +666,8 @@ func (t *TestTimers) Cancel(_ context.Context, key string) (bool, error) {
 
 // Lookup returns the due time of key's pending timer.
 func (t *TestTimers) Lookup(_ context.Context, key string) (time.Time, error) {
-	if why := validKey(key); why != "" {
-		return time.Time{}, argError("key", key, why)
+	if err := checkKey(key); err != nil {
+		return time.Time{}, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -216,9 +216,8 @@ func (r *TestRound) Add(_ context.Context, id string, data []byte) (bool, error)
 	if err := checkRoundID(id); err != nil {
 		return false, err
 	}
-	if len(data) > DefaultMaxPayloadSize {
-		return false, fmt.Errorf("%w: %w", ErrorPayloadTooLarge,
-			argError("round item data", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", DefaultMaxPayloadSize)))
+	if err := checkPayloadSize("round item data", len(data), DefaultMaxPayloadSize); err != nil {
+		return false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

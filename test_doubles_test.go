@@ -108,3 +108,58 @@ func TestTestDoublesScheduling(t *testing.T) {
 		t.Fatalf("touch after release: %v", err)
 	}
 }
+
+// TestQueue's keyed items follow the real queue's rules: the modes, MaxWait
+// capping every postponement from the first upsert, Cancel and RunNow, and
+// the same refusals.
+func TestTestQueueKeyedFollowsTheRules(t *testing.T) {
+	ctx := context.Background()
+	q, err := NewTestConnection().OpenQueue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upsert := func(payload string, want UpsertOutcome, opts ...PublishOption) {
+		t.Helper()
+		if got, err := q.Upsert(ctx, "k", []byte(payload), opts...); err != nil || got != want {
+			t.Fatalf("upsert %s: %v, %v; want %v", payload, got, err, want)
+		}
+	}
+	first := time.Now()
+	upsert("v1", Created, Delay(time.Hour), MaxWait(2*time.Hour))
+	upsert("v2", Updated, Delay(90*time.Minute))
+	upsert("v3", Updated, Delay(3*time.Hour), MaxWait(3*time.Hour)) // still capped at first + 2h
+	item, err := q.Lookup(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := first.Add(2 * time.Hour); item.Due.Before(limit.Add(-time.Minute)) || item.Due.After(limit.Add(time.Minute)) {
+		t.Fatalf("due %v after postponements, want MaxWait's cap %v", item.Due, limit)
+	}
+	if string(item.Payload) != "v3" || item.Updates != 2 || !item.Pending {
+		t.Fatalf("item %+v", item)
+	}
+	upsert("v4", Updated, Delay(time.Minute), OnExisting(ReplacePayload))
+	upsert("v5", Kept, OnExisting(KeepExisting))
+	if again, _ := q.Lookup(ctx, "k"); again.Due != item.Due || string(again.Payload) != "v4" || again.Updates != 4 {
+		t.Fatalf("after ReplacePayload and KeepExisting: %+v, want v4 due %v", again, item.Due)
+	}
+	if ok, err := q.RunNow(ctx, "k"); !ok || err != nil {
+		t.Fatalf("run now: %v, %v", ok, err)
+	}
+	if ok, err := q.Cancel(ctx, "k"); !ok || err != nil {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	if _, err := q.Lookup(ctx, "k"); !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("lookup after cancel: %v", err)
+	}
+	upsert("v6", Created, Delay(time.Hour)) // a new item: no MaxWait left over
+	if item, _ := q.Lookup(ctx, "k"); item.Due.Before(time.Now().Add(59 * time.Minute)) {
+		t.Fatalf("a new item after a cancel kept the old MaxWait: due %v", item.Due)
+	}
+	if _, err := q.Upsert(ctx, "", nil); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if _, err := q.Upsert(ctx, "k", nil, Delay(time.Hour), MaxWait(time.Minute)); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("MaxWait below the delay: %v", err)
+	}
+}
