@@ -225,7 +225,10 @@ func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) 
 	}
 	item := KeyedItem{Key: key, Running: running == 1, Pending: pending == 1, Updates: updates}
 	if env != "" {
-		e, _ := decodeEnvelope(env)
+		e, ok := decodeEnvelope(env)
+		if !ok {
+			return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w: the item's envelope does not parse", key, q.name, errBadReply)
+		}
 		item.Payload = []byte(e.payload)
 		if item.Pending {
 			item.Due = time.UnixMilli(e.due)

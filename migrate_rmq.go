@@ -24,11 +24,10 @@ import "strings"
 // global keys and the heartbeats carry no tag in either layout.
 //
 // A payload that rmq published with a header (PayloadWithHeader) starts with
-// the signature below, then the header as JSON, a newline and the payload.
+// rmqHeaderSignature (header.go), then the header as JSON, a newline and the payload.
 const (
 	rmqQueuesKey      = "rmq::queues"
 	rmqConnectionsKey = "rmq::connections"
-	rmqHeaderSig      = "\xFF\x00\xBE\xBEJ"
 )
 
 // rmqLayout is one of rmq's two key layouts.

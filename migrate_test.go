@@ -112,7 +112,7 @@ func withHeader(payload string, h http.Header) string {
 	if err != nil {
 		panic(err)
 	}
-	return rmqHeaderSig + string(j) + "\n" + payload
+	return rmqHeaderSignature + string(j) + "\n" + payload
 }
 
 // dbSnapshot returns every key of the database with its type, content and
@@ -754,7 +754,7 @@ func TestMigrateHeaderLines(t *testing.T) {
 		var want []got
 		var readable, unreadable int64
 		for i, line := range lines {
-			raw := rmqHeaderSig + line + "\nbody" + strconv.Itoa(i)
+			raw := rmqHeaderSignature + line + "\nbody" + strconv.Itoa(i)
 			f.publish("h", raw)
 			var h http.Header
 			if err := json.Unmarshal([]byte(line), &h); err != nil {
@@ -767,7 +767,7 @@ func TestMigrateHeaderLines(t *testing.T) {
 			want = append(want, got{payload: "body" + strconv.Itoa(i), header: h, attempts: 1})
 		}
 		// A signature without a header line at all.
-		f.publish("h", rmqHeaderSig+`{"A":["x"]}`)
+		f.publish("h", rmqHeaderSignature+`{"A":["x"]}`)
 		unreadable++
 		r := migrate(t, b.client, MigrateOptions{ChunkSize: 7})
 		if q := queueReport(t, r, "h"); q.Headers != readable || q.UnreadableHeaders != unreadable {
