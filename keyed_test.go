@@ -124,18 +124,20 @@ func TestReplaceAllPostponesTheRun(t *testing.T) {
 		clock := newSchedClock(b)
 		_, q := keyedQueue(t, b, "jobs")
 		mustUpsert(t, q, "k", "v1", Created, Delay(300*time.Millisecond))
+		firstDue := mustLookup(t, q, "k").Due
 		clock.pass(200 * time.Millisecond)
 		mustUpsert(t, q, "k", "v2", Updated, Delay(300*time.Millisecond))
+		// Due at the second upsert + 300ms: by Redis's clock at least
+		// 200ms after the first upsert's due time.
+		if due := mustLookup(t, q, "k").Due; due.Sub(firstDue) < 150*time.Millisecond {
+			t.Fatalf("due %v after the first upsert's due time, want about 200ms; the run was not postponed", due.Sub(firstDue))
+		}
 		clock.pass(200 * time.Millisecond)
 		schedNothingReady(t, q, "400ms after the first upsert, 200ms after the second (300ms delay)")
-		began := time.Now()
 		clock.skip(100 * time.Millisecond)
 		d := mustTake(t, q, 5*time.Second)
 		if d.Payload() != "v2" || d.Key() != "k" || d.Attempts() != 1 {
 			t.Fatalf("took %q key %q attempts %d", d.Payload(), d.Key(), d.Attempts())
-		}
-		if b.mini == nil && time.Since(began) < 50*time.Millisecond {
-			t.Fatalf("taken %v after the second due check; the run was not postponed", time.Since(began))
 		}
 		schedNothingReady(t, q, "after the one run")
 		if err := d.Ack(); err != nil {
@@ -183,11 +185,17 @@ func TestMaxWaitBoundsThePostponement(t *testing.T) {
 		step := 100 * time.Millisecond
 		opts := []PublishOption{Delay(3 * step), MaxWait(5 * step)}
 		mustUpsert(t, q, "k", "v0", Created, opts...)
+		first := mustLookup(t, q, "k").Due.Add(-3 * step) // the first upsert, by Redis's clock
 		for i := 1; i <= 4; i++ {
 			clock.pass(step)
 			mustUpsert(t, q, "k", fmt.Sprintf("v%d", i), Updated, opts...)
 		}
 		// 400ms after the first upsert: due at first + 500ms, not last + 300ms.
+		// The last upsert came at least 4 steps after the first, so
+		// without MaxWait the item would be due 7 steps after it or later.
+		if due := mustLookup(t, q, "k").Due.Sub(first); due < 5*step-50*time.Millisecond || due > 5*step+50*time.Millisecond {
+			t.Fatalf("due %v after the first upsert, want about %v (first + MaxWait), not %v or more (last + Delay)", due, 5*step, 7*step)
+		}
 		if b.mini != nil {
 			schedNothingReady(t, q, "before first + MaxWait")
 			clock.skip(step)

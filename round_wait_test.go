@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -190,22 +189,26 @@ func TestRoundNoLostWakeups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The cap and the workers' timeout are above the deadline below,
+		// so a lost wake-up is not made good by a wait running out.
 		r.waitCap = time.Minute
+		const timeout = 20 * time.Second
 		const n, workers = 200, 4
 		got := make(chan string, n)
 		var wg sync.WaitGroup
-		var added atomic.Bool
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for {
-					it, err := r.Next(ctx, 500*time.Millisecond)
-					if errors.Is(err, ErrorTimeout) && !added.Load() {
-						continue
-					}
+					it, err := r.Next(wctx, timeout)
 					if err != nil {
-						return // ErrorTimeout once everything is handed out
+						if wctx.Err() == nil {
+							t.Errorf("Next: %v", err)
+						}
+						return // stopped once everything is handed out
 					}
 					got <- it.ID
 				}
@@ -217,7 +220,6 @@ func TestRoundNoLostWakeups(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		added.Store(true)
 		seen := map[string]bool{}
 		deadline := time.After(10 * time.Second)
 		for len(seen) < n {
@@ -231,7 +233,21 @@ func TestRoundNoLostWakeups(t *testing.T) {
 				t.Fatalf("%d of %d items handed out within 10s: a wake-up was lost", len(seen), n)
 			}
 		}
-		wg.Wait()
+		// Stop the workers; a wait on Redis does not notice the cancel, so
+		// wake them until they have all returned.
+		stop()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for {
+			if err := b.client.LPush(ctx, r.keys.signal, "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	})
 }
 

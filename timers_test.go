@@ -67,8 +67,8 @@ func TestTimerFiresAtItsDueTimeByRedisClock(t *testing.T) {
 			t.Fatalf("fire %q due %v, want invoice-7 due %v", f.Key(), f.Due(), due)
 		}
 		if b.mini == nil {
-			if late := time.Since(f.Due()); late > 200*time.Millisecond || time.Since(set) < 300*time.Millisecond {
-				t.Fatalf("fired %v after its due time, %v after the Set", late, time.Since(set))
+			if time.Since(set) < 300*time.Millisecond {
+				t.Fatalf("fired %v after the Set, before its due time", time.Since(set))
 			}
 		}
 		if _, err := ts.Lookup(ctx, "invoice-7"); !errors.Is(err, ErrorNotFound) {
@@ -182,8 +182,8 @@ func TestFireOfADeadConnectionFiresAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := nextFire(t, tsDying, 5*time.Second)
-		if _, err := tsAlive.Cancel(ctx, "cancelled"); err != nil {
-			t.Fatal(err)
+		if ok, err := tsAlive.Cancel(ctx, "cancelled"); err != nil || !ok {
+			t.Fatalf("cancel of a pending timer: %v, %v", ok, err)
 		}
 		if err := b.client.Del(ctx, dying.keys.heartbeat(dying.name)).Err(); err != nil {
 			t.Fatal(err)
@@ -320,6 +320,7 @@ func TestTestTimersFollowTheRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	if ok, _ := ts.Create(ctx, "a", 20*time.Millisecond); !ok {
 		t.Fatal("create")
 	}
@@ -332,9 +333,8 @@ func TestTestTimersFollowTheRules(t *testing.T) {
 	if ok, _ := ts.Cancel(ctx, "b"); !ok {
 		t.Fatal("cancel")
 	}
-	began := time.Now()
 	f := nextFire(t, ts, time.Second)
-	if f.Key() != "a" || time.Since(began) < 10*time.Millisecond {
+	if f.Key() != "a" || time.Since(began) < 20*time.Millisecond {
 		t.Fatalf("fired %q after %v", f.Key(), time.Since(began))
 	}
 	if err := f.Ack(ctx); err != nil {
@@ -346,5 +346,15 @@ func TestTestTimersFollowTheRules(t *testing.T) {
 	if err := ts.Set(ctx, "", 0); !errors.Is(err, ErrorInvalidArgument) {
 		t.Fatalf("empty key: %v", err)
 	}
+	if err := ts.Set(ctx, "c", -time.Second); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("negative delay: %v", err)
+	}
 	noFire(t, ts, 30*time.Millisecond, "nothing pending")
+	// At with the zero time means at once, as for the real timers.
+	if err := ts.SetAt(ctx, "d", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFire(t, ts, time.Second); f.Key() != "d" {
+		t.Fatalf("fired %q, want d", f.Key())
+	}
 }
