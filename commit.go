@@ -154,10 +154,8 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 	}
 	rcs := make([]*remembered, len(calls))
 	for i, cl := range calls {
-		// The token is drawn after the field: the previous call under the
-		// field is over, so this token is newer than any it sent.
-		q, field := cl.key.q, c.fields.get()
-		token := c.conn.nextToken()
+		q := cl.key.q
+		field, token := c.fields.take(c.conn)
 		dest := cl.key.dest
 		if dest == "" {
 			dest = q.keys.ready // unused by acks; any key of the queue's slot
@@ -224,16 +222,19 @@ type fieldPool struct {
 	n      int
 }
 
-func (p *fieldPool) get() string {
+// take hands out a field and then draws c's next token for the call that
+// holds it, in that order (see above).
+func (p *fieldPool) take(c *redisConnection) (field, token string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if k := len(p.free); k > 0 {
-		f := p.free[k-1]
+		field = p.free[k-1]
 		p.free = p.free[:k-1]
-		return f
+	} else {
+		p.n++
+		field = p.prefix + strconv.Itoa(p.n)
 	}
-	p.n++
-	return p.prefix + strconv.Itoa(p.n)
+	p.mu.Unlock()
+	return field, c.nextToken()
 }
 
 func (p *fieldPool) put(f string) {

@@ -166,8 +166,7 @@ func (b *scriptBatcher) flush(_ int, batch []*batchedCall) {
 		if !r.state.CompareAndSwap(requestPending, requestTaken) {
 			continue // withdrawn by its caller
 		}
-		field := b.fields.get()
-		token := b.conn.nextToken() // after the field: see fieldPool
+		field, token := b.fields.take(b.conn)
 		r := r
 		calls = append(calls, &remembered{scriptCall: r.build(field, token), deadline: r.deadline,
 			done: func(v any, err error) {

@@ -263,9 +263,9 @@ func (p *publisher) publish(ctx context.Context, q *redisQueue, envs []any) erro
 // the envelopes as arguments, and the record of the field it holds as its
 // second key (see put.lua).
 func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Script, head []any, envs []any) error {
-	field := p.fields.get()
+	field, token := p.fields.take(p.conn)
 	defer p.fields.put(field)
-	args := append(append(head, p.conn.nextToken()), envs...)
+	args := append(append(head, token), envs...)
 	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
 		return script.Run(ctx, p.conn.client, keys, args...).Err()
@@ -274,9 +274,9 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 
 // pushDirect runs one plain publish of its own (see pushCall).
 func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) error {
-	field := p.fields.get()
+	field, token := p.fields.take(p.conn)
 	defer p.fields.put(field)
-	call := []*pushCall{p.pushCall(q, field, p.conn.nextToken(), envs)}
+	call := []*pushCall{p.pushCall(q, field, token, envs)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
 		return pushBatch(ctx, p.conn.client, call)[0].Err()
 	}, nil)
@@ -364,8 +364,7 @@ func (p *publisher) flush(_ int, batch []*publishRequest) {
 	}
 	calls := make([]*remembered, len(queues))
 	for i, q := range queues {
-		field := p.fields.get()
-		token := p.conn.nextToken() // after the field: see fieldPool
+		field, token := p.fields.take(p.conn)
 		rs := byQueue[q]
 		var envs []any
 		rc := &remembered{}
