@@ -44,9 +44,10 @@ type Connection interface {
 	// heartbeat and deletes it, so a cleaner may return what the connection
 	// still holds at once (and then unlists it; until then the stats show
 	// it as stopped). The channel is closed when all that is done.
-	// Afterwards OpenQueue, OpenTimers, StartConsuming and the verbs on
-	// deliveries fail with ErrorConsumingStopped; queues opened before may
-	// still publish, as in rmq.
+	// Afterwards OpenQueue, OpenTimers, OpenRound, StartConsuming, Take,
+	// Timers.Next, Round.Next and the verbs on deliveries fail with
+	// ErrorConsumingStopped; queues opened before may still publish, as in
+	// rmq.
 	StopAllConsuming() <-chan struct{}
 }
 

@@ -38,8 +38,9 @@ var (
 	ErrorTimeout = errors.New("redq: nothing became ready within the timeout")
 	// ErrorInvalidArgument is matched by every *ArgumentError.
 	ErrorInvalidArgument = errors.New("redq: invalid argument")
-	// ErrorPayloadTooLarge is returned by Publish when a payload exceeds the
-	// connection's maximum payload size (see WithMaxPayloadSize).
+	// ErrorPayloadTooLarge is returned by Publish, Put, Upsert and
+	// Round.Add when a payload exceeds the connection's maximum payload
+	// size (see WithMaxPayloadSize); the error is also an *ArgumentError.
 	ErrorPayloadTooLarge = errors.New("redq: payload too large")
 	// ErrorOutcomeUnknown is returned by a verb that changes Redis (Ack,
 	// Reject, Push, Release, a batch's settle, Publish, Put) when Redis may

@@ -105,8 +105,8 @@ func OnExisting(mode UpsertMode) PublishOption {
 // MaxWait bounds how far upserts may postpone a key's pending item: its
 // due time never moves past the item's first upsert plus d, however often
 // it is postponed, so a key whose events never calm down still runs at
-// least every d. d must be at least 1ms and at least the delay given. It
-// applies to Upsert only: Put refuses it.
+// least every d. d must be between 1ms and MaxDelay, and at least the delay
+// given. It applies to Upsert only: Put refuses it.
 func MaxWait(d time.Duration) PublishOption {
 	return func(o *publishOptions) error {
 		if d < time.Millisecond || d > MaxDelay {

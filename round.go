@@ -402,7 +402,7 @@ func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Durati
 // handOut runs the hand-out script for up to n items and returns them and
 // its hint (see round_next.lua).
 func (r *redisRound) handOut(ctx context.Context, n int) ([]RoundItem, int64, error) {
-	v, err := scripts.roundNext.Run(ctx, r.conn.client, r.keyArg, n, r.period, r.ttl).Slice()
+	v, err := scripts.roundNext.Run(ctx, r.conn.client, r.keyArg, n, r.period).Slice()
 	if err != nil {
 		return nil, 0, err
 	}

@@ -42,7 +42,7 @@ const (
 // OpenRound), when there are any: its period and TTL, its items, how many
 // are due now, the oldest lag (how long the most overdue item has been
 // due; marked when it exceeds the period, which means the workers do not
-// keep up), the hand-outs per second over the last 10 seconds, the
+// keep up), the hand-outs per second over the last complete 10-second window, the
 // hand-outs in all and the items removed because their TTL ran out. The
 // JSON form carries them under "rounds" (see RoundStat.MarshalJSON).
 //

@@ -1,4 +1,5 @@
--- Shared helpers: scripts.go puts this file in front of every script.
+-- Shared helpers: scripts.go puts in front of each queue script the
+-- definitions below that it uses (see withHelpers).
 --
 -- A queue's keys all start with its prefix P = ns:{name} (one hash tag, so
 -- one cluster slot). Scripts get P as an argument and derive the keys that

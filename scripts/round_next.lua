@@ -12,8 +12,8 @@
 -- waiter learns of what is due from the hint or from the next marker.
 --
 -- KEYS: the round's keys (see round_lib.lua)
--- ARGV[1] max (at most 1000), ARGV[2] period, ARGV[3] ttl (the caller's,
--- used when none is stored)
+-- ARGV[1] max (at most 1000), ARGV[2] period (the caller's, used when
+-- none is stored)
 local K = round_keys(KEYS)
 local n = tonumber(ARGV[1])
 local now = now_ms()
