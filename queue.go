@@ -52,6 +52,8 @@ type Queue interface {
 	RunNow(ctx context.Context, key string) (bool, error)
 	// SetPushQueue sets where Push moves deliveries (nil: Push rejects). A
 	// keyed delivery pushed on is upserted into the push queue by its key.
+	// Push touches both queues' keys in one script: on Redis Cluster the
+	// two queues must be in one slot until cluster support lands (issue 14).
 	SetPushQueue(pushQueue Queue)
 	// StartConsuming starts fetching deliveries for this handle's
 	// consumers. As in rmq, prefetchLimit bounds the deliveries of the
