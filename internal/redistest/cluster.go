@@ -447,11 +447,11 @@ func (c *Cluster) WaitFailover(ctx context.Context, key string) (*Server, error)
 // commands on keys that moved get ASK redirections, and multi-key commands
 // whose keys are split get TRYAGAIN.
 type Migration struct {
-	c                *Cluster
-	Slot             int
-	From, To         *Server
-	fromID, toID     string
-	finished, failed bool
+	c            *Cluster
+	Slot         int
+	From, To     *Server
+	fromID, toID string
+	finished     bool
 }
 
 // BeginMigration starts moving slot to the master to. It fails when to
