@@ -58,6 +58,7 @@ type Option func(*config)
 type config struct {
 	appendOnly bool
 	args       []string
+	confFile   string // a config file named before the arguments (see withConfigFile)
 }
 
 // WithAppendOnly enables the append-only file with fsync on every write
@@ -97,6 +98,7 @@ type Server struct {
 	ownsDir    bool // dir was created by StartMain and is removed by Close
 	appendOnly bool
 	args       []string // more arguments (WithArgs)
+	confFile   string   // config file given first on the command line, if any
 
 	mu      sync.Mutex
 	port    int
@@ -160,7 +162,7 @@ func start(bin, dir string, ownsDir bool, opts []Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly, args: cfg.args}
+	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly, args: cfg.args, confFile: cfg.confFile}
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		port, err := freePort()
@@ -231,6 +233,9 @@ func (s *Server) launchLocked() error {
 		args = append(args, "--appendfsync", "always")
 	}
 	args = append(args, s.args...)
+	if s.confFile != "" {
+		args = append([]string{s.confFile}, args...)
+	}
 	cmd := exec.Command(s.bin, args...)
 	// Own process group: signals we send never reach the test process.
 	// Pdeathsig: a test binary that dies (a timeout, ^C) takes its servers along.
