@@ -179,6 +179,44 @@ func (s *Sentinel) KillMaster(t testing.TB) string {
 	return addr
 }
 
+// Failover asks a sentinel for a failover although the master is up
+// (SENTINEL FAILOVER) and returns the master's address. The sentinel
+// promotes the replica and then turns the old master into a replica of
+// the new one, so clients still connected to the old master see their
+// connections closed, or READONLY answers. See [Sentinel.WaitFailover]
+// and [Sentinel.WaitRole].
+func (s *Sentinel) Failover(t testing.TB) string {
+	t.Helper()
+	old := s.Master(t).Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0].Addr()})
+	defer c.Close()
+	if err := c.Failover(ctx, SentinelMasterName).Err(); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
+	}
+	return old
+}
+
+// WaitRole waits until the data server at addr reports role ("master" or
+// "slave") and fails t after timeout.
+func (s *Sentinel) WaitRole(t testing.TB, addr, role string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), sentinelQueryMax)
+		got, err := roleOf(ctx, addr)
+		cancel()
+		if err == nil && got == role {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s is not a %s within %s: role %q, %v%s", addr, role, timeout, got, err, s.sentinelLogs())
+		}
+		time.Sleep(sentinelPoll)
+	}
+}
+
 // WaitFailover waits until every sentinel names a master other than old
 // and that server says it is a master, and returns its address. It fails
 // t after timeout, with what each sentinel says.

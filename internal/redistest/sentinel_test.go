@@ -42,3 +42,19 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("ROLE of %s = %q, %v", addr, role, err)
 	}
 }
+
+// A failover asked of a sentinel while the master is up promotes the
+// replica. (The sentinels turn the old master into a replica only some
+// eight seconds later, too long to wait for here.)
+func TestSentinelRequestedFailover(t *testing.T) {
+	s := StartSentinel(t)
+	old := s.Failover(t)
+	addr := s.WaitFailover(t, old, 20*time.Second)
+	if addr == old {
+		t.Fatalf("WaitFailover returned the old master %s", addr)
+	}
+	s.WaitRole(t, addr, "master", 5*time.Second)
+	if role, err := roleOf(ctx(t), old); err != nil || role != "master" {
+		t.Fatalf("ROLE of the old master %s right after the failover = %q, %v; want it still up", old, role, err)
+	}
+}
