@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redq/redq/internal/redistest"
 )
 
@@ -144,9 +146,27 @@ func (g *gate) open() {
 // Redis. Right before the kill the writes are quiesced and the replica
 // made to acknowledge them (WAIT 1): what asynchronous replication may
 // lose at a failover is not what this test counts.
+//
+// It runs with redis.NewFailoverClient and with
+// redis.NewFailoverClusterClient (default options: every command to the
+// master), each on a Sentinel setup of its own, side by side: the test
+// mostly waits for the sentinels.
 func TestSentinelFailoverLosesNothing(t *testing.T) {
-	s := redistest.StartSentinel(t)
-	client := s.FailoverClient(t)
+	t.Run("FailoverClient", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.StartSentinel(t)
+		sentinelFailoverScenario(t, s, s.FailoverClient(t))
+	})
+	t.Run("FailoverClusterClient", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.StartSentinel(t)
+		c := redis.NewFailoverClusterClient(s.FailoverOptions())
+		t.Cleanup(func() { _ = c.Close() })
+		sentinelFailoverScenario(t, s, c)
+	})
+}
+
+func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.UniversalClient) {
 	errs := make(chan error, 100000)
 	ns := procNamespace(t)
 	c, err := openConn(client, "sentinel", errs, WithNamespace(ns))
