@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,7 +168,12 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 }
 
 func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.UniversalClient) {
-	errs := make(chan error, 100000)
+	errs := make(chan error, 1000)
+	bg := &errorLog{}
+	stopLog := make(chan struct{})
+	logDone := make(chan struct{})
+	go func() { defer close(logDone); bg.collect(errs, stopLog) }()
+	t.Cleanup(func() { close(stopLog); <-logDone })
 	ns := procNamespace(t)
 	c, err := openConn(client, "sentinel", errs, WithNamespace(ns))
 	if err != nil {
@@ -241,7 +247,19 @@ func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.
 
 	// Publishing and consuming go on through the new master.
 	var resumedAfter time.Duration
-	eventually(t, "a delivery published after the kill consumed", func() bool {
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				_, missing := l.allAcked()
+				t.Fatalf("timed out waiting for %s (%d published deliveries not acked); the error channel said:\n%s",
+					what, missing, bg.since(killedAt.Add(-time.Second)))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	waitFor("a delivery published after the kill consumed", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for p, at := range l.pubAt {
@@ -254,7 +272,7 @@ func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.
 	})
 	time.Sleep(300 * time.Millisecond)
 	stopPublishers()
-	eventually(t, "every published delivery acked", func() bool {
+	waitFor("every published delivery acked", func() bool {
 		ok, _ := l.allAcked()
 		return ok
 	})
@@ -264,10 +282,10 @@ func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.
 	// Once idle after the failover, consuming reports no more errors: the
 	// idle wait works on the new master.
 	time.Sleep(2 * pollDuration)
-	drain(errs)
+	idleFrom := time.Now()
 	time.Sleep(5 * pollDuration)
-	if late := drain(errs); len(late) > 0 {
-		t.Errorf("%d errors on the error channel while idle after the failover, e.g. %v", len(late), late[0])
+	if late := bg.since(idleFrom); late != "" {
+		t.Errorf("errors on the error channel while idle after the failover:\n%s", late)
 	}
 
 	l.mu.Lock()
@@ -332,15 +350,37 @@ func sentinelFailoverScenario(t *testing.T, s *redistest.Sentinel, client redis.
 	procWantEmpty(t, client, admin, ns, queue)
 }
 
-// drain returns what the channel holds now.
-func drain(ch <-chan error) []error {
-	var out []error
+// errorLog keeps what a connection's error channel said, and when.
+type errorLog struct {
+	mu   sync.Mutex
+	at   []time.Time
+	errs []error
+}
+
+// collect logs what ch says until stop is closed.
+func (e *errorLog) collect(ch <-chan error, stop <-chan struct{}) {
 	for {
 		select {
 		case err := <-ch:
-			out = append(out, err)
-		default:
-			return out
+			e.mu.Lock()
+			e.at = append(e.at, time.Now())
+			e.errs = append(e.errs, err)
+			e.mu.Unlock()
+		case <-stop:
+			return
 		}
 	}
+}
+
+// since returns the errors logged from t on, one a line, or "".
+func (e *errorLog) since(t time.Time) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	for i, at := range e.at {
+		if !at.Before(t) {
+			fmt.Fprintf(&b, "  %s %v\n", at.Format("15:04:05.000"), e.errs[i])
+		}
+	}
+	return b.String()
 }
