@@ -139,7 +139,7 @@ func (g *gate) open() {
 }
 
 // TestSentinelFailoverLosesNothing runs publishers, consumers and a batch
-// consumer on a failover client (redis.NewFailoverClient) while the master
+// consumer on a Sentinel failover client while the master
 // is SIGKILLed and the sentinels promote the replica. Consuming resumes by
 // itself; every publish that returned nil is acked, nothing is acked twice,
 // a payload is consumed again only after an ack that did not return nil,
