@@ -25,7 +25,8 @@ import (
 type waiter struct {
 	client    redis.UniversalClient
 	key       string
-	dedicated *redis.Conn // nil: use the pool
+	single    *redis.Client // where dedicated comes from (and a new one after an error)
+	dedicated *redis.Conn   // nil: use the pool
 	id        atomic.Int64
 	// short is set when the server has no CLIENT ID (miniredis): waits
 	// are then cut to shortWait so that stopping stays quick.
@@ -44,6 +45,7 @@ type blockingCmdable interface {
 func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter {
 	w := &waiter{client: client, key: key}
 	if c, ok := client.(*redis.Client); ok && dedicated {
+		w.single = c
 		w.dedicated = c.Conn()
 	}
 	return w
@@ -106,9 +108,24 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 		return nil
 	}
 	if err != nil {
-		w.id.Store(0) // the connection may be dialled anew, with a new id
+		w.renew()
 	}
 	return err
+}
+
+// renew replaces the dedicated connection after an error. go-redis never
+// uses a dedicated connection again once a command on it failed on the
+// network (or with READONLY): every later command answers "Conn is in a
+// bad state". After a Redis restart or a Sentinel failover the next wait
+// would fail too, forever; the new connection is dialled when it is first
+// used, to whichever server is the master then, and has a new CLIENT ID.
+func (w *waiter) renew() {
+	w.id.Store(0)
+	if w.dedicated == nil {
+		return
+	}
+	_ = w.dedicated.Close()
+	w.dedicated = w.single.Conn()
 }
 
 // identify learns the dedicated connection's CLIENT ID, once per
@@ -127,6 +144,7 @@ func (w *waiter) identify(ctx context.Context) error {
 		w.short = true
 		return nil
 	case err != nil:
+		w.renew()
 		return err
 	}
 	w.id.Store(id)

@@ -16,6 +16,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,7 @@ type Option func(*config)
 type config struct {
 	appendOnly bool
 	args       []string
+	confFile   string // a config file named before the arguments (see withConfigFile)
 }
 
 // WithAppendOnly enables the append-only file with fsync on every write
@@ -97,6 +99,7 @@ type Server struct {
 	ownsDir    bool // dir was created by StartMain and is removed by Close
 	appendOnly bool
 	args       []string // more arguments (WithArgs)
+	confFile   string   // config file given first on the command line, if any
 
 	mu      sync.Mutex
 	port    int
@@ -160,7 +163,7 @@ func start(bin, dir string, ownsDir bool, opts []Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly, args: cfg.args}
+	s := &Server{bin: bin, dir: dir, ownsDir: ownsDir, appendOnly: cfg.appendOnly, args: cfg.args, confFile: cfg.confFile}
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		port, err := freePort()
@@ -231,6 +234,9 @@ func (s *Server) launchLocked() error {
 		args = append(args, "--appendfsync", "always")
 	}
 	args = append(args, s.args...)
+	if s.confFile != "" {
+		args = append([]string{s.confFile}, args...)
+	}
 	cmd := exec.Command(s.bin, args...)
 	// Own process group: signals we send never reach the test process.
 	// Pdeathsig: a test binary that dies (a timeout, ^C) takes its servers along.
@@ -251,7 +257,19 @@ func (s *Server) launchLocked() error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		if ping(s.addr(), time.Second) == nil {
-			return nil
+			// Another server started at the same moment may have been
+			// given the same free port: then this one failed to bind, and
+			// the PONG came from the other. Make sure it is ours.
+			pid, err := serverPID(s.addr(), time.Second)
+			if err == nil && pid == cmd.Process.Pid {
+				return nil
+			}
+			if err == nil {
+				s.killLocked()
+				s.stopped = true
+				return &exitedEarlyError{msg: fmt.Sprintf(
+					"redistest: port %d is taken by another redis-server (pid %d)%s", s.port, pid, s.diagnostics())}
+			}
 		}
 		select {
 		case <-done:
@@ -293,6 +311,24 @@ func ping(addr string, timeout time.Duration) error {
 		return fmt.Errorf("unexpected PING reply %q", strings.TrimSpace(line))
 	}
 	return nil
+}
+
+// serverPID asks the server at addr for its process id (INFO server).
+func serverPID(addr string, timeout time.Duration) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: timeout, ReadTimeout: timeout})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("redistest: INFO server has no process_id")
 }
 
 // diagnostics returns the process output (if it has exited) and the tail of
