@@ -24,8 +24,8 @@ type options struct {
 	// stopOnHeartbeatErrorLimit: stop all consuming at the limit instead
 	// of pausing (see WithStopOnHeartbeatErrorLimit)
 	stopOnHeartbeatErrorLimit bool
-	maxPayloadSize      int
-	retryTimeout        time.Duration
+	maxPayloadSize            int
+	retryTimeout              time.Duration
 }
 
 func defaultOptions() options {

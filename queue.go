@@ -154,11 +154,11 @@ const (
 )
 
 type redisQueue struct {
-	name       string
-	defaults   publishOptions // what Publish and Put start from
-	retry      RetryPolicy
-	conn       *redisConnection
-	keys       queueKeys
+	name     string
+	defaults publishOptions // what Publish and Put start from
+	retry    RetryPolicy
+	conn     *redisConnection
+	keys     queueKeys
 	// unackedKey and repliesKey are the connection's storage of the queue
 	// under the registration the handle was opened with (tests look at
 	// them); code that runs after a renewal names the registration.
