@@ -21,11 +21,12 @@ type options struct {
 	heartbeatInterval   time.Duration
 	heartbeatTTL        time.Duration
 	heartbeatErrorLimit int
-	// stopOnHeartbeatErrorLimit: stop all consuming at the limit instead
-	// of pausing (see WithStopOnHeartbeatErrorLimit)
+	maxPayloadSize      int
+	retryTimeout        time.Duration
+
+	// stop all consuming at the heartbeat error limit instead of pausing
+	// (see WithStopOnHeartbeatErrorLimit)
 	stopOnHeartbeatErrorLimit bool
-	maxPayloadSize            int
-	retryTimeout              time.Duration
 }
 
 func defaultOptions() options {

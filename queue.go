@@ -154,15 +154,12 @@ const (
 )
 
 type redisQueue struct {
-	name     string
-	defaults publishOptions // what Publish and Put start from
-	retry    RetryPolicy
-	conn     *redisConnection
-	keys     queueKeys
-	// unackedKey and repliesKey are the connection's storage of the queue
-	// under the registration the handle was opened with (tests look at
-	// them); code that runs after a renewal names the registration.
-	unackedKey string
+	name       string
+	defaults   publishOptions // what Publish and Put start from
+	retry      RetryPolicy
+	conn       *redisConnection
+	keys       queueKeys
+	unackedKey string // see setKeys
 	repliesKey string
 	handle     int64 // numbers this handle's field in the replies hash
 	pushQueue  atomic.Pointer[redisQueue]
@@ -203,7 +200,10 @@ func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 }
 
 // setKeys places the queue's storage under k (a timer set's differs from
-// the queue of the same name: see OpenTimers).
+// the queue of the same name: see OpenTimers). unackedKey and repliesKey
+// are the connection's storage of the queue under the registration the
+// handle was opened with (tests look at them); code that may run after a
+// renewal names the registration instead.
 func (q *redisQueue) setKeys(k queueKeys) {
 	name := q.conn.Name()
 	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(name), k.replies(name)
