@@ -66,8 +66,9 @@ func (s *idState) presumedDone() bool { return s.acked+s.atKill+s.unknown > 0 }
 // soakLogInfo is what one worker log says about its process's life.
 type soakLogInfo struct {
 	conn      string
-	lostAt    time.Time // zero: never learnt it was declared dead
-	stopped   string    // how it stopped (stoppedAsked...), "" if it never said
+	lostAt    time.Time   // zero: never learnt it was declared dead
+	lost      []time.Time // each time it learnt it and went on under a fresh name
+	stopped   string      // how it stopped (stoppedAsked...), "" if it never said
 	stoppedAt time.Time
 	lines     int
 }
@@ -175,8 +176,12 @@ func (c *soakChecker) readLog(r io.Reader, fate soakFate) (soakLogInfo, error) {
 			}
 			continue
 		case lineLost:
-			if len(f) >= 2 && info.lostAt.IsZero() {
-				info.lostAt = parseUnixNano(f[1])
+			if len(f) >= 2 {
+				at := parseUnixNano(f[1])
+				if info.lostAt.IsZero() {
+					info.lostAt = at
+				}
+				info.lost = append(info.lost, at)
 			}
 			continue
 		case lineStopped:

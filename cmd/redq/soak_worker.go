@@ -100,11 +100,10 @@ func nowNano() string { return strconv.FormatInt(time.Now().UnixNano(), 10) }
 
 // soakWorker is the state of one worker process.
 type soakWorker struct {
-	c       workerConfig
-	log     *eventLog
-	giveUp  chan struct{} // closed when an Ack left a delivery held
-	gaveUp  sync.Once
-	lostNow chan struct{} // closed when ErrorConnectionLost arrived
+	c      workerConfig
+	log    *eventLog
+	giveUp chan struct{} // closed when an Ack left a delivery held
+	gaveUp sync.Once
 }
 
 func runSoakWorker(ctx context.Context, c workerConfig) error {
@@ -113,7 +112,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
 	}
 	defer f.Close()
-	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{}), lostNow: make(chan struct{})}
+	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{})}
 
 	client := redis.NewClient(&redis.Options{Addr: c.addr})
 	defer client.Close()
@@ -199,8 +198,6 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			w.log.event(lineStopped, stoppedAsked, nowNano())
 			return nil
-		case <-w.lostNow:
-			return w.afterLost(conn, endTakers)
 		case <-w.giveUp:
 			endTakers()
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
@@ -210,45 +207,14 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			if !stoppedByItself(conn, c.queue) {
 				continue
 			}
-			// It stopped without our asking: either it learnt it was
-			// declared dead (the report comes first) or too many
-			// heartbeats failed.
-			select {
-			case <-w.lostNow:
-				return w.afterLost(conn, endTakers)
-			case <-time.After(500 * time.Millisecond):
-			}
+			// It stopped without our asking: a connection declared dead
+			// goes on under a fresh name, so this is a bug.
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			endTakers()
 			w.log.event(lineStopped, stoppedHB, nowNano())
 			return exitStatus{code: workerExitHBErrors}
 		}
 	}
-}
-
-// afterLost waits for the connection, which learnt that a cleaner declared
-// it dead, to stop consuming by itself, and exits with workerExitLost (or
-// workerExitNotStopped when it does not stop within 10s).
-func (w *soakWorker) afterLost(conn redq.Connection, endTakers func()) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for !stoppedByItself(conn, w.c.queue) {
-		if time.Now().After(deadline) {
-			w.log.event(lineStopped, stoppedNotSelf, nowNano())
-			endTakers()
-			waitClosed(conn.StopAllConsuming(), 30*time.Second)
-			return exitStatus{code: workerExitNotStopped}
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	// It stopped: StopAllConsuming hands out the channel of the stop under
-	// way, closed once its consumers finished.
-	if !waitClosed(conn.StopAllConsuming(), 10*time.Second) {
-		w.log.event(lineStopped, stoppedNotSelf, nowNano())
-		return exitStatus{code: workerExitNotStopped}
-	}
-	endTakers()
-	w.log.event(lineStopped, stoppedSelf, nowNano())
-	return exitStatus{code: workerExitLost}
 }
 
 // stoppedByItself reports whether the connection stopped consuming: it
@@ -268,18 +234,15 @@ func waitClosed(ch <-chan struct{}, limit time.Duration) bool {
 	}
 }
 
-// watchErrors logs the connection's background errors: ErrorConnectionLost
-// once (and closes lostNow), the others at most once per kind and second.
+// watchErrors logs the connection's background errors: each
+// ErrorConnectionLost (the connection goes on under a fresh name), the
+// others at most once per kind and second.
 func (w *soakWorker) watchErrors(errs <-chan error) {
 	last := map[string]time.Time{}
-	lost := false
 	for err := range errs {
-		if errors.Is(err, redq.ErrorConnectionLost) {
-			if !lost {
-				lost = true
-				w.log.event(lineLost, nowNano())
-				close(w.lostNow)
-			}
+		var lost *redq.ConnectionLostError
+		if errors.As(err, &lost) {
+			w.log.event(lineLost, nowNano(), lost.OldName, lost.NewName)
 			continue
 		}
 		kind := fmt.Sprintf("%T", err)
