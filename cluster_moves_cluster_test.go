@@ -125,6 +125,111 @@ func TestClusterMovesAcrossSlots(t *testing.T) {
 		}
 	})
 
+	// Every key declared: while the queue's slot is being migrated, with
+	// its keys split between two masters, scripts get ASK or TRYAGAIN,
+	// which are retried, and none fails or creates a key on the wrong node
+	// (MIGRATE would then fail with BUSYKEY).
+	t.Run("resharding", func(t *testing.T) {
+		c, err := openConn(client, "reshard", nil, namespace())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-c.StopAllConsuming() })
+		q := openQueue(t, c, "moving")
+		const first, later = 40, 20
+		if err := q.Publish(procPayloads("a", first)...); err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, q, "prio", Priority(3))
+		ackAll(t, func() Deliveries {
+			ds, err := q.TakeBatch(ctx, 5, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ds
+		}())
+		slot := int(keySlot(q.keys.ready))
+		from, err := cl.MasterFor(ctx, q.keys.ready)
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters, err := cl.Masters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := masters[0]
+		if to == from {
+			to = masters[1]
+		}
+		m, err := cl.BeginMigration(ctx, slot, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// split the queue's keys: every one moves but the ready list, by
+		// which a script that declared only it would be routed
+		node := from.Client(t)
+		keys, err := node.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []any{"MIGRATE", strings.Split(to.Addr(), ":")[0], strings.Split(to.Addr(), ":")[1], "", 0, 5000, "KEYS"}
+		split := 0
+		for _, k := range keys {
+			if k != q.keys.ready {
+				args = append(args, k)
+				split++
+			}
+		}
+		if split == 0 || len(keys) == split {
+			t.Fatalf("keys of the slot: %v", keys)
+		}
+		if err := node.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("migrate %d keys: %v", split, err)
+		}
+		// A fetch sent once, with no retry, meets TRYAGAIN: Redis saw all
+		// its keys. (Scripts that declared only the ready list got "Script
+		// attempted to access a non local key", which nothing retries.)
+		probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1})
+		defer probe.Close()
+		if err := scripts.fetch.Run(ctx, probe, q.fetchKeys(), c.name, 1, 1, "probe", 0).Err(); !redis.IsTryAgainError(err) {
+			t.Fatalf("a fetch on the split slot: %v, want TRYAGAIN", err)
+		}
+		done := make(chan error, 1)
+		acked := 0
+		go func() {
+			if err := q.Publish(procPayloads("b", later)...); err != nil {
+				done <- err
+				return
+			}
+			for acked < first+1+later-5 {
+				d, err := q.Take(ctx, 20*time.Second)
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := d.Ack(); err != nil {
+					done <- err
+					return
+				}
+				acked++
+			}
+			done <- nil
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := m.Finish(ctx); err != nil {
+			t.Fatalf("finish the migration: %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("after %d acks: %v", acked, err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("consuming did not finish; %d acked", acked)
+		}
+		wantCounts(t, c, "moving", 0, 0, 0)
+	})
+
 	t.Run("killed between the steps", func(t *testing.T) {
 		nsOpt := namespace()
 		var o options
