@@ -200,3 +200,35 @@ func TestStagedPushFinishedByCleanerAfterCrash(t *testing.T) {
 		}
 	})
 }
+
+// Destroy finishes the moves staged in the queue's outbox before it
+// unlists the queue (no cleaner would finish them after that).
+func TestDestroyFinishesStagedMoves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "destroy", namespace())
+		c.forceStaged = true
+		c.afterStage = runtime.Goexit
+		q := openQueue(t, c, "work")
+		dst := openQueue(t, c, "failed")
+		q.SetPushQueue(dst)
+		if err := q.Publish("x"); err != nil {
+			t.Fatal(err)
+		}
+		d := take(t, q, 1)[0]
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = d.Push()
+		}()
+		<-done
+		if len(outbox(t, q)) != 1 {
+			t.Fatal("nothing staged")
+		}
+		if _, _, err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := dst.Drain(10); len(got) != 1 || got[0] != "x" {
+			t.Fatalf("push queue holds %v, want [x]", got)
+		}
+	})
+}

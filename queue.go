@@ -893,6 +893,12 @@ func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
 }
 
 func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCount int64, err error) {
+	// deliveries staged for a push queue in another slot are on their way
+	// there, not the queue's: they arrive before the queue is unlisted
+	// (after that no cleaner would finish their move)
+	if _, err := q.finishStaged(ctx); err != nil {
+		return 0, 0, err
+	}
 	n, err := q.purge(ctx, "rjd")
 	if err != nil {
 		return 0, 0, err
