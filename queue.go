@@ -170,8 +170,9 @@ type redisQueue struct {
 	keys       queueKeys
 	unackedKey string
 	repliesKey string
-	// ownConn is the connection's storage for the queue (connKeys).
-	ownConn []string
+	// ownConn is the connection's storage for the queue (connKeys), and
+	// ackKeys the KEYS of an ack of plain takes (queueKeys.ackKeys).
+	ownConn, ackKeys []string
 	// others holds connections whose leases of this queue ran out and
 	// whose storage the next fetch declares (see fetch.lua); guarded by mu.
 	others    []string
@@ -214,6 +215,7 @@ func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 func (q *redisQueue) setKeys(k queueKeys) {
 	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(q.conn.name), k.replies(q.conn.name)
 	q.ownConn = k.connKeys(q.conn.name)
+	q.ackKeys = k.ackKeys(q.conn.name)
 }
 
 func (q *redisQueue) String() string { return q.name }
