@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,11 @@ type committer struct {
 
 // Settle modes, as settle.lua reads them.
 const (
-	modeAck  = "A" // delete
-	modeTail = "L" // move to the tail of a list (taken last)
-	modeHead = "R" // move to the head of a list (taken next)
+	modeAck      = "A" // delete
+	modeAckPlain = "a" // delete takes none of which is keyed (a shorter KEYS)
+	modeTail     = "L" // move to the tail of rejected (taken last)
+	modePush     = "P" // move to the tail of another queue's ready (its dest)
+	modeHead     = "R" // move to the head of a list (taken next)
 )
 
 // States of a settle request: a caller whose context ends while its
@@ -48,7 +51,7 @@ type settleRequest struct {
 	q        *redisQueue
 	reg      *registration // under which the takes were made
 	mode     string
-	dest     string
+	dest     *redisQueue // the queue of modePush; nil for the other modes
 	ids      []string
 	deadline time.Time      // stop sending it again after this
 	report   *redisDelivery // named in DeliveryErrors while it is resent; nil: none
@@ -83,7 +86,7 @@ func newCommitter(c *redisConnection) *committer {
 // are resent until the retry deadline for ctx (see retryDeadline). When
 // ctx ends first, the error is ctx's if nothing was sent, or
 // ErrorOutcomeUnknown (wrapping ctx's) if it may still run.
-func (c *committer) settle(ctx context.Context, q *redisQueue, reg *registration, mode, dest string, ids []string, report *redisDelivery) (settleResult, error) {
+func (c *committer) settle(ctx context.Context, q *redisQueue, reg *registration, mode string, dest *redisQueue, ids []string, report *redisDelivery) (settleResult, error) {
 	if len(ids) == 0 {
 		return settleResult{registered: true}, nil
 	}
@@ -115,9 +118,10 @@ type pendingResult struct {
 // field and a token of its own.
 func (c *committer) flush(_ int, batch []*settleRequest) {
 	type callKey struct {
-		q          *redisQueue
-		reg        *registration
-		mode, dest string
+		q    *redisQueue
+		reg  *registration
+		mode string
+		dest *redisQueue
 	}
 	type call struct {
 		key   callKey
@@ -159,16 +163,23 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 	for i, cl := range calls {
 		q := cl.key.q
 		field, token := c.fields.take(c.conn)
-		dest := cl.key.dest
-		if dest == "" {
-			dest = q.keys.ready // unused by acks; any key of the queue's slot
+		var dest *queueKeys
+		if cl.key.dest != nil {
+			dest = &cl.key.dest.keys
 		}
-		args := make([]any, 0, 5+len(cl.ids))
-		args = append(args, q.keys.prefix, cl.key.reg.name, cl.key.mode, field, token)
+		args := make([]any, 0, 4+len(cl.ids))
+		args = append(args, cl.key.reg.name, cl.key.mode, field, token)
 		for _, id := range cl.ids {
 			args = append(args, id)
 		}
-		cl.rc.scriptCall = scriptCall{scripts.settle, []string{q.keys.ready, dest}, args}
+		var keys []string
+		if cl.key.mode == modeAck && !anyKeyed(cl.ids) {
+			args[1] = modeAckPlain
+			keys = q.keys.ackKeys(cl.key.reg.name)
+		} else {
+			keys = q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name))
+		}
+		cl.rc.scriptCall = scriptCall{scripts.settle, keys, args}
 		cl.rc.report = func(err error, n int) {
 			seen := map[*settleRequest]bool{}
 			for _, p := range cl.parts {
@@ -244,4 +255,15 @@ func (p *fieldPool) put(f string) {
 	p.mu.Lock()
 	p.free = append(p.free, f)
 	p.mu.Unlock()
+}
+
+// anyKeyed reports whether a take of ids is of a keyed item (its field
+// ends with 'k': see fetch.lua).
+func anyKeyed(ids []string) bool {
+	for _, id := range ids {
+		if strings.HasSuffix(id, "k") {
+			return true
+		}
+	}
+	return false
 }
