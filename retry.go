@@ -132,6 +132,14 @@ func (c *redisConnection) retryDeadline(ctx context.Context) time.Time {
 // that hides whether the call left the process, and the final error could
 // not tell "unavailable" from "unknown". So a call may end up to one try
 // after its deadline.
+//
+// A try that ctx cut short ends with ctx's bare error, which does not say
+// whether Redis got the call: go-redis resends a call refused with
+// READONLY or LOADING by itself, and when ctx ends while it waits to, it
+// returns ctx's error and not Redis's refusal. When that try is the only
+// one that may have run, resend asks once more (see clarify), so that a
+// call every send of which was refused ends in ErrorWritesRefused and not
+// in ErrorOutcomeUnknown.
 func (c *redisConnection) resend(ctx context.Context, call func(context.Context) error, report func(err error, count int)) error {
 	deadline := c.retryDeadline(ctx)
 	var s sends
@@ -140,7 +148,12 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		if err == nil {
 			return nil
 		}
-		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		wasAmbiguous := s.ambiguous
+		again := s.failed(err)
+		if ctx.Err() != nil && !wasAmbiguous && s.kind == failUnknown && isContextError(err) {
+			return c.clarify(ctx, call, &s)
+		}
+		if !again || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
 		if report != nil {
@@ -152,6 +165,36 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		case <-time.After(min(backoff(s.count, time.Second), time.Until(deadline))):
 		}
 	}
+}
+
+// answerGrace bounds how long a call whose caller's context ended waits
+// for the answer to the send under way (see clarify and await). It covers
+// go-redis's own resends of a refused call with its default backoff.
+const answerGrace = 500 * time.Millisecond
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// clarify makes one last send of call, under the same token, after ctx cut
+// the previous one short and no earlier send may have run. The call runs
+// at most once however often it is sent, so an answer of Redis is the
+// truth about it: done (nil), refused (nothing was done), or an error.
+// When this send is not answered within answerGrace either, the outcome
+// stays unknown.
+func (c *redisConnection) clarify(ctx context.Context, call func(context.Context) error, s *sends) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
+	defer cancel()
+	err := call(cctx)
+	if err == nil {
+		return nil
+	}
+	if k := classify(err); k != failUnknown && k != failUnreached {
+		// Redis answered: what it said stands for every send before.
+		s.count++
+		s.ambiguous, s.last, s.kind = false, err, k
+	}
+	return s.err()
 }
 
 // remembered is one script call that Redis remembers by a field and a
@@ -178,22 +221,44 @@ func (c *redisConnection) sendAll(calls []*remembered) {
 	if again := c.sendOnce(calls, 1); len(again) > 0 {
 		go func() {
 			for try := 2; len(again) > 0; try++ {
-				time.Sleep(backoff(try-1, time.Second))
-				live := again[:0]
-				for _, call := range again {
-					if time.Now().Before(call.deadline) {
-						live = append(live, call)
-					} else {
-						call.done(nil, call.sends.err())
+				// Wait for the backoff, and give each call whose deadline
+				// comes first its final error then: a caller whose context
+				// ends at that deadline gets it (see await).
+				resendAt := time.Now().Add(backoff(try-1, time.Second))
+				for {
+					again = expire(again)
+					if len(again) == 0 || !time.Now().Before(resendAt) {
+						break
 					}
+					wake := resendAt
+					for _, call := range again {
+						if call.deadline.Before(wake) {
+							wake = call.deadline
+						}
+					}
+					time.Sleep(time.Until(wake))
 				}
-				if len(live) == 0 {
+				if len(again) == 0 {
 					return
 				}
-				again = c.sendOnce(live, try)
+				again = c.sendOnce(again, try)
 			}
 		}()
 	}
+}
+
+// expire gives the calls whose deadline passed their final error and
+// returns the others.
+func expire(calls []*remembered) []*remembered {
+	live := calls[:0]
+	for _, call := range calls {
+		if time.Now().Before(call.deadline) {
+			live = append(live, call)
+		} else {
+			call.done(nil, call.sends.err())
+		}
+	}
+	return live
 }
 
 // sendOnce makes one try of calls in one pipeline and returns those to
