@@ -139,6 +139,11 @@ func TestRefusalsEndInWritesRefusedWhateverEndsTheRetries(t *testing.T) {
 				}
 			}
 			s.wantFinal(t, refused(tc.prefix))
+			// an open, which registers the connection, is refused alike
+			_, err := OpenConnectionWithRedisOptions("refused", &redis.Options{Addr: s.srv.Addr()}, nil, namespace(), WithRetryTimeout(100*time.Millisecond))
+			if !errors.Is(err, ErrorWritesRefused) || !containsRedisError(err, tc.prefix) {
+				t.Errorf("open while Redis refuses writes: %v, want ErrorWritesRefused with %s", err, tc.prefix)
+			}
 			if t.Failed() || tc.refuse == nil {
 				return // a replica's data is its primary's now
 			}
