@@ -178,6 +178,11 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	c.acks = newCommitter(c)
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")
+	if o.waitReplicas > 0 {
+		if err := c.checkWaitReplicas(ctx); err != nil {
+			return nil, fmt.Errorf("redq: open connection %s: %w", c.name, err)
+		}
+	}
 	err := scripts.register.Run(ctx, client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
 		c.name, o.heartbeatTTL.Milliseconds()).Err()
 	if err != nil {

@@ -221,7 +221,10 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, res.codes[0], res.registered)
+	if err := d.q.conn.outcome(verb, res.codes[0], res.registered); err != nil || res.waited == nil {
+		return err
+	}
+	return fmt.Errorf("redq: %s %v: %w", verb, d, res.waited)
 }
 
 // single runs one of the scripts that act on one delivery and reply
@@ -234,8 +237,17 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	token := d.q.conn.nextToken()
 	var code int64
 	var registered bool
+	var waited error // with WithWaitReplicas: replicas missing
 	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
-		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
+		var v any
+		err := d.q.conn.replicated(ctx, d.q.keys.ready, func(s sender) error {
+			var err error
+			v, err = script.Run(ctx, s, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
+			return err
+		})
+		if errors.Is(err, ErrorNotReplicated) {
+			waited, err = err, nil
+		}
 		if err != nil {
 			return err
 		}
@@ -252,7 +264,10 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, code, registered)
+	if err := d.q.conn.outcome(verb, code, registered); err != nil || waited == nil {
+		return err
+	}
+	return fmt.Errorf("redq: %s %v: %w", verb, d, waited)
 }
 
 // Codes the scripts give per delivery.

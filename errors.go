@@ -98,16 +98,28 @@ var (
 // failover in the next moments promotes a replica that did not get the
 // write. It matches ErrorNotReplicated.
 type ReplicationError struct {
-	Want int // replicas asked for (WithWaitReplicas)
-	Got  int // replicas that confirmed the write in time
+	Want int   // replicas asked for (WithWaitReplicas)
+	Got  int   // replicas that confirmed the write in time
+	Err  error // why WAIT got no answer, when it got none (then Got is 0)
 }
 
 func (e *ReplicationError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("redq: the write was done on the primary, but waiting for %d replicas to confirm it failed: %v", e.Want, e.Err)
+	}
 	return fmt.Sprintf("redq: the write was done on the primary, but only %d of %d replicas confirmed it in time", e.Got, e.Want)
 }
 
+// Unwrap returns why WAIT got no answer, if it got none.
+func (e *ReplicationError) Unwrap() error { return e.Err }
+
 // Is makes errors.Is(err, ErrorNotReplicated) true.
 func (e *ReplicationError) Is(target error) bool { return target == ErrorNotReplicated }
+
+// unsupportedClient is the error for an option that cannot use client.
+func unsupportedClient(option string, client any, why string) error {
+	return fmt.Errorf("%w: %w: %s cannot use a %T: %s", ErrorConfiguration, ErrorUnsupportedClient, option, client, why)
+}
 
 // ArgumentError describes bad input: which argument and why. Nothing was
 // changed in Redis when it is returned. It matches ErrorInvalidArgument.

@@ -268,7 +268,9 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 	args := append(append(head, token), envs...)
 	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
-		return script.Run(ctx, p.conn.client, keys, args...).Err()
+		return p.conn.replicated(ctx, keys[0], func(s sender) error {
+			return script.Run(ctx, s, keys, args...).Err()
+		})
 	}, nil)
 }
 
@@ -278,7 +280,9 @@ func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) e
 	defer p.fields.put(field)
 	call := []*pushCall{p.pushCall(q, field, token, envs)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
-		return pushBatch(ctx, p.conn.client, call)[0].Err()
+		return p.conn.replicated(ctx, call[0].ready, func(s sender) error {
+			return pushBatch(ctx, s, call)[0].Err()
+		})
 	}, nil)
 }
 
@@ -309,7 +313,7 @@ const pushScriptMax = 10
 // guard (see publish.lua). When Redis refused the transaction (EXECABORT,
 // for example out of memory) nothing ran, and the error is the reason
 // Redis gave for the command it refused.
-func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
+func pushBatch(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 	small := true
 	for _, pc := range calls {
 		small = small && len(pc.envs) <= pushScriptMax

@@ -57,7 +57,8 @@ func classify(err error) failure {
 	var opErr *net.OpError
 	var redisErr redis.Error
 	switch {
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, errBadReply), errors.Is(err, ErrorNotReplicated):
+		// (a resend of a call that ran could not wait for its write)
 		return failAnswered
 	case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, redis.ErrPoolTimeout):
 		return failUnreached
@@ -68,7 +69,9 @@ func classify(err error) failure {
 			return failOOM
 		case strings.HasPrefix(msg, "READONLY "), strings.HasPrefix(msg, "LOADING "), strings.HasPrefix(msg, "BUSY "),
 			strings.HasPrefix(msg, "MASTERDOWN "), strings.HasPrefix(msg, "TRYAGAIN "), strings.HasPrefix(msg, "CLUSTERDOWN "),
-			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached":
+			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached",
+			// from a cluster node redq sent to itself (see nodeFor)
+			strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "):
 			return failRefused
 		}
 		return failAnswered
@@ -208,8 +211,11 @@ type remembered struct {
 	push       *pushCall              // a plain publish; the calls sent together are all of one kind
 	deadline   time.Time              // send it again until then
 	report     func(err error, n int) // told each failed try that is sent again; nil: nobody
-	done       func(v any, err error) // given the answer, or the final error, once
-	sends      sends
+	// done is given the answer, or the final error, once. With
+	// WithWaitReplicas, a call carried out whose write fewer replicas
+	// confirmed is given its answer and a *ReplicationError.
+	done  func(v any, err error)
+	sends sends
 }
 
 // sendAll sends calls once in one pipeline (one round trip) and leaves
@@ -266,18 +272,11 @@ func expire(calls []*remembered) []*remembered {
 // resend).
 func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 	var cmds []*redis.Cmd
-	if calls[0].push != nil {
-		pc := make([]*pushCall, len(calls))
-		for i, call := range calls {
-			pc[i] = call.push
-		}
-		cmds = pushBatch(context.Background(), c.client, pc)
+	var waits []error // per call, with WithWaitReplicas: replicas missing
+	if c.opts.waitReplicas > 0 {
+		cmds, waits = c.sendReplicated(context.Background(), calls)
 	} else {
-		sc := make([]scriptCall, len(calls))
-		for i, call := range calls {
-			sc[i] = call.scriptCall
-		}
-		cmds = evalBatch(context.Background(), c.client, sc)
+		cmds = sendBatch(context.Background(), c.client, calls)
 	}
 	var again []*remembered
 	for i, call := range calls {
@@ -291,8 +290,27 @@ func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 		}
 		if err != nil {
 			err = call.sends.err()
+		} else if waits != nil && waits[i] != nil {
+			err = waits[i]
 		}
 		call.done(v, err)
 	}
 	return again
+}
+
+// sendBatch sends calls, all plain publishes or all script calls, in one
+// round trip on s.
+func sendBatch(ctx context.Context, s sender, calls []*remembered) []*redis.Cmd {
+	if calls[0].push != nil {
+		pc := make([]*pushCall, len(calls))
+		for i, call := range calls {
+			pc[i] = call.push
+		}
+		return pushBatch(ctx, s, pc)
+	}
+	sc := make([]scriptCall, len(calls))
+	for i, call := range calls {
+		sc[i] = call.scriptCall
+	}
+	return evalBatch(ctx, s, sc)
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -162,23 +161,7 @@ func TestRefusalsEndInWritesRefusedWhateverEndsTheRetries(t *testing.T) {
 // ErrorOutcomeUnknown: a send may have reached it.
 func TestUnansweredSendsEndInOutcomeUnknown(t *testing.T) {
 	s := newRefusingSetup(t, redis.Options{ReadTimeout: 200 * time.Millisecond, MaxRetries: 1})
-	info, err := s.admin.Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := 0
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, _ = strconv.Atoi(v)
-		}
-	}
-	if pid == 0 {
-		t.Fatalf("no process_id in INFO server: %q", info)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	sigstop(t, s.admin)
 	s.wantFinal(t, func(_ string, err error) string {
 		if !errors.Is(err, ErrorOutcomeUnknown) || errors.Is(err, ErrorWritesRefused) {
 			return "want ErrorOutcomeUnknown only"
