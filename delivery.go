@@ -239,12 +239,8 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	var registered bool
 	var waited error // with WithWaitReplicas: replicas missing
 	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
-		var v any
-		err := d.q.conn.replicated(ctx, d.q.keys.ready, func(s sender) error {
-			var err error
-			v, err = script.Run(ctx, s, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
-			return err
-		})
+		v, err := d.q.conn.runScript(ctx, scriptCall{script, []string{d.q.keys.ready},
+			[]any{d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg}})
 		if errors.Is(err, ErrorNotReplicated) {
 			waited, err = err, nil
 		}

@@ -268,9 +268,8 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 	args := append(append(head, token), envs...)
 	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
-		return p.conn.replicated(ctx, keys[0], func(s sender) error {
-			return script.Run(ctx, s, keys, args...).Err()
-		})
+		_, err := p.conn.runScript(ctx, scriptCall{script, keys, args})
+		return err
 	}, nil)
 }
 
@@ -314,16 +313,7 @@ const pushScriptMax = 10
 // for example out of memory) nothing ran, and the error is the reason
 // Redis gave for the command it refused.
 func pushBatch(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
-	small := true
-	for _, pc := range calls {
-		small = small && len(pc.envs) <= pushScriptMax
-	}
-	if small {
-		sc := make([]scriptCall, len(calls))
-		for i, pc := range calls {
-			args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
-			sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record}, args: args}
-		}
+	if sc := pushScripts(calls); sc != nil {
 		return evalBatch(ctx, c, sc)
 	}
 	pipe := c.TxPipeline()
@@ -348,6 +338,22 @@ func pushBatch(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 		}
 	}
 	return guards
+}
+
+// pushScripts returns calls as calls of publish.lua when they are all
+// small, or nil.
+func pushScripts(calls []*pushCall) []scriptCall {
+	for _, pc := range calls {
+		if len(pc.envs) > pushScriptMax {
+			return nil
+		}
+	}
+	sc := make([]scriptCall, len(calls))
+	for i, pc := range calls {
+		args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
+		sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record}, args: args}
+	}
+	return sc
 }
 
 // flush sends one script call per queue, in one pipeline.

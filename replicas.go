@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -65,8 +66,13 @@ func (c *redisConnection) nodeFor(ctx context.Context, key string) (*redis.Clien
 // waitReplicas sends WAIT on conn, which just carried writes, and returns
 // a *ReplicationError when fewer replicas than asked for confirmed them.
 func (c *redisConnection) waitReplicas(ctx context.Context, conn *redis.Conn) error {
-	want, timeout := c.opts.waitReplicas, c.opts.waitTimeout
-	got, err := conn.Wait(ctx, want, timeout).Result()
+	return c.replicaCount(conn.Wait(ctx, c.opts.waitReplicas, c.opts.waitTimeout).Result())
+}
+
+// replicaCount reads the answer of a WAIT: nil when enough replicas
+// confirmed, or a *ReplicationError.
+func (c *redisConnection) replicaCount(got int64, err error) error {
+	want := c.opts.waitReplicas
 	if err != nil {
 		return &ReplicationError{Want: want, Err: err}
 	}
@@ -109,6 +115,69 @@ func (c *redisConnection) slotsMoved(ctx context.Context, err error) {
 	}
 }
 
+// evalThenWait is evalBatch on one connection with a WAIT in the same
+// pipeline, after the calls: one round trip. A call whose script Redis
+// did not have cached is run again with EVAL, and then WAIT is sent again
+// after it. It returns the calls' commands and the answer of the last
+// WAIT (see replicaCount); nil when no call was carried out.
+//
+// A pipeline's replies are read under the client's read timeout, whatever
+// the commands: when the WAIT could outlast it, WAIT is sent on its own
+// after the pipeline, as a blocking command.
+func (c *redisConnection) evalThenWait(ctx context.Context, node *redis.Client, conn *redis.Conn, calls []scriptCall) ([]*redis.Cmd, error) {
+	pipe := conn.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, sc := range calls {
+		cmds[i] = sc.script.EvalSha(ctx, pipe, sc.keys, sc.args...)
+	}
+	var wait *redis.Cmd
+	if rt := node.Options().ReadTimeout; rt < 0 || c.opts.waitTimeout+time.Second < rt {
+		wait = pipe.Do(ctx, "WAIT", c.opts.waitReplicas, c.opts.waitTimeout.Milliseconds())
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	again := wait == nil
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			cmds[i] = calls[i].script.Eval(ctx, conn, calls[i].keys, calls[i].args...)
+			again = true
+		}
+	}
+	wrote := false
+	for _, cmd := range cmds {
+		wrote = wrote || cmd.Err() == nil
+	}
+	switch {
+	case !wrote:
+		return cmds, nil
+	case again:
+		return cmds, c.waitReplicas(ctx, conn)
+	}
+	return cmds, c.replicaCount(wait.Int64())
+}
+
+// runScript runs one script call and returns Redis's answer; with
+// WithWaitReplicas, on one connection of the node that holds its keys,
+// followed by a WAIT in the same pipeline, and a *ReplicationError (with
+// the answer) when fewer replicas than asked for confirmed its write.
+func (c *redisConnection) runScript(ctx context.Context, sc scriptCall) (any, error) {
+	if c.opts.waitReplicas == 0 {
+		return sc.script.Run(ctx, c.client, sc.keys, sc.args...).Result()
+	}
+	node, err := c.nodeFor(ctx, sc.keys[0])
+	if err != nil {
+		return nil, err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	cmds, waited := c.evalThenWait(ctx, node, conn, []scriptCall{sc})
+	v, err := cmds[0].Result()
+	if err != nil {
+		c.slotsMoved(ctx, err)
+		return nil, err
+	}
+	return v, waited
+}
+
 // sendReplicated is sendOnce's send with WithWaitReplicas: the calls are
 // sent per node, each group on one connection of its node and followed by
 // a WAIT there, the groups at the same time. It returns each call's
@@ -142,17 +211,26 @@ func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembere
 			}
 			conn := node.Conn()
 			defer conn.Close()
-			got := sendBatch(ctx, conn, group)
-			wrote := false
+			var got []*redis.Cmd
+			var waited error
+			if sc := scriptsOf(group); sc != nil {
+				got, waited = c.evalThenWait(ctx, node, conn, sc)
+			} else {
+				// a transaction: WAIT cannot follow it in its pipeline
+				got = sendBatch(ctx, conn, group)
+				wrote := false
+				for _, cmd := range got {
+					wrote = wrote || cmd.Err() == nil
+				}
+				if wrote {
+					waited = c.waitReplicas(ctx, conn)
+				}
+			}
 			for j, i := range idx {
 				cmds[i] = got[j]
-				wrote = wrote || got[j].Err() == nil
 				c.slotsMoved(ctx, got[j].Err())
 			}
-			if !wrote {
-				return
-			}
-			if err := c.waitReplicas(ctx, conn); err != nil {
+			if err := waited; err != nil {
 				for j, i := range idx {
 					if got[j].Err() == nil {
 						waits[i] = err
@@ -163,6 +241,23 @@ func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembere
 	}
 	wg.Wait()
 	return cmds, waits
+}
+
+// scriptsOf returns the calls as script calls, or nil when they are
+// plain publishes sent as a transaction (see pushBatch).
+func scriptsOf(calls []*remembered) []scriptCall {
+	if calls[0].push != nil {
+		pc := make([]*pushCall, len(calls))
+		for i, call := range calls {
+			pc[i] = call.push
+		}
+		return pushScripts(pc)
+	}
+	sc := make([]scriptCall, len(calls))
+	for i, call := range calls {
+		sc[i] = call.scriptCall
+	}
+	return sc
 }
 
 // firstKey is a key of the call's slot.
