@@ -185,3 +185,77 @@ func TestWaitReplicasRefusesWhatCannotServeIt(t *testing.T) {
 		}
 	}
 }
+
+// clusterWithReplica starts a one-master Redis Cluster whose master has a
+// replica, and returns a cluster client on it and the replica's server.
+func clusterWithReplica(t *testing.T) (*redis.ClusterClient, *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes", "--repl-diskless-sync-delay", "0"))
+	replica := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes"))
+	m, r := master.Client(t), replica.Client(t)
+	if err := m.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", master.Port()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica to replicate the master", func() bool {
+		return r.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+	})
+	eventually(t, "the cluster to be ok with the replica in sync", func() bool {
+		ci, _ := m.ClusterInfo(ctx).Result()
+		info, _ := m.Info(ctx, "replication").Result()
+		rinfo, _ := r.Info(ctx, "replication").Result()
+		return strings.Contains(ci, "cluster_state:ok") && strings.Contains(info, "state=online") && strings.Contains(rinfo, "master_link_status:up")
+	})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{master.Addr()}})
+	t.Cleanup(func() { c.Close() })
+	return c, replica
+}
+
+// On a cluster client, WAIT goes to the master of each write's slot, on
+// the connection that carried the write.
+func TestWaitReplicasOnCluster(t *testing.T) {
+	client, replica := clusterWithReplica(t)
+	ctx := context.Background()
+	ns := namespace()
+	open := func(timeout time.Duration) *redisQueue {
+		c, err := openConn(client, "waits", nil, ns, WithWaitReplicas(1, timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.StopAllConsuming() })
+		return openQueue(t, c, "jobs")
+	}
+	q, other := open(5*time.Second), open(5*time.Second)
+	q2, _ := other.conn.openQueue(ctx, "other") // another slot
+	for _, qq := range []*redisQueue{q, q2} {
+		if err := qq.Publish("a", "b"); err != nil {
+			t.Fatalf("publish with the replica in sync: %v", err)
+		}
+		if err := qq.Put(ctx, []byte("c"), Priority(1)); err != nil {
+			t.Fatalf("put with the replica in sync: %v", err)
+		}
+		for _, d := range take(t, qq, 3) {
+			if err := d.Ack(); err != nil {
+				t.Fatalf("ack with the replica in sync: %v", err)
+			}
+		}
+	}
+	short := open(300 * time.Millisecond)
+	sigstop(t, replica.Client(t))
+	if err := short.Publish("d"); !errors.Is(err, ErrorNotReplicated) {
+		t.Fatalf("publish with the replica stopped: %v, want ErrorNotReplicated", err)
+	}
+	if err := short.Put(ctx, []byte("e"), Priority(1)); !errors.Is(err, ErrorNotReplicated) {
+		t.Fatalf("put with the replica stopped: %v, want ErrorNotReplicated", err)
+	}
+	if n, err := client.LLen(ctx, short.keys.ready).Result(); err != nil || n != 1 {
+		t.Fatalf("ready after the publish: %d, %v; want 1", n, err)
+	}
+}
