@@ -126,9 +126,9 @@ func WithRetryTimeout(d time.Duration) Option {
 // It covers Publish, PublishBytes and Put in all forms; Ack, Reject and
 // Push of deliveries and batches; Release, Touch and the handlers'
 // rejections; and the keyed and round calls (Upsert, Cancel, Add, ...),
-// which then return the *ReplicationError in place of their result. Not
-// covered: hand-backs of a stopping consumer, the cleaner's returns and
-// the connection's own bookkeeping.
+// which then return the *ReplicationError in place of their result. A
+// stopping consumer's hand-backs wait too, without telling anyone. Not
+// covered: the cleaner's returns and the connection's own bookkeeping.
 //
 // WAIT makes a write reach replicas' memory, not their disks, and does
 // not make Redis strongly consistent (see docs/durability.md). It needs a
