@@ -169,3 +169,56 @@ func TestUnansweredSendsEndInOutcomeUnknown(t *testing.T) {
 		return ""
 	}, "Publish", "Put delayed", "Ack") // a coalesced call, a call of its own, a settle
 }
+
+// fakeRedisError is an answer of Redis, as go-redis reports one.
+type fakeRedisError string
+
+func (e fakeRedisError) Error() string { return string(e) }
+func (fakeRedisError) RedisError()     {}
+
+// resend's final error, for sends scripted by the test: a send that the
+// caller's context cut short is cleared up by one more send, whose answer
+// stands, unless an earlier send may have run.
+func TestResendClarifiesASendCutShortByTheContext(t *testing.T) {
+	c := &redisConnection{opts: defaultOptions()}
+	readonly := fakeRedisError("READONLY You can't write against a read only replica.")
+	cutShort := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	cases := []struct {
+		name  string
+		sends []func(ctx context.Context) error
+		want  func(err error) bool
+	}{
+		{"refused, then cut short, then refused", []func(ctx context.Context) error{
+			func(context.Context) error { return readonly }, cutShort,
+			func(context.Context) error { return readonly },
+		}, func(err error) bool { return errors.Is(err, ErrorWritesRefused) && !errors.Is(err, ErrorOutcomeUnknown) }},
+		{"cut short, then done", []func(ctx context.Context) error{
+			cutShort, func(context.Context) error { return nil },
+		}, func(err error) bool { return err == nil }},
+		{"cut short, then no answer either", []func(ctx context.Context) error{
+			cutShort, cutShort,
+		}, func(err error) bool { return errors.Is(err, ErrorOutcomeUnknown) }},
+		// an earlier send may have run, and a refusal now would not say
+		// whether it did: no clarifying send
+		{"unanswered before, then cut short", []func(ctx context.Context) error{
+			func(context.Context) error { return context.DeadlineExceeded }, cutShort,
+		}, func(err error) bool { return errors.Is(err, ErrorOutcomeUnknown) && !errors.Is(err, ErrorWritesRefused) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			n := 0
+			err := c.resend(ctx, func(ctx context.Context) error {
+				if n >= len(tc.sends) {
+					t.Fatalf("send %d: only %d scripted", n+1, len(tc.sends))
+				}
+				n++
+				return tc.sends[n-1](ctx)
+			}, nil)
+			if !tc.want(err) || n != len(tc.sends) {
+				t.Fatalf("after %d sends of %d: %v", n, len(tc.sends), err)
+			}
+		})
+	}
+}
