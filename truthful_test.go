@@ -191,7 +191,9 @@ func TestResendClarifiesASendCutShortByTheContext(t *testing.T) {
 		{"refused, then cut short, then refused", []func(ctx context.Context) error{
 			func(context.Context) error { return readonly }, cutShort,
 			func(context.Context) error { return readonly },
-		}, func(err error) bool { return errors.Is(err, ErrorWritesRefused) && !errors.Is(err, ErrorOutcomeUnknown) }},
+		}, func(err error) bool {
+			return errors.Is(err, ErrorWritesRefused) && !errors.Is(err, ErrorOutcomeUnknown)
+		}},
 		{"cut short, then done", []func(ctx context.Context) error{
 			cutShort, func(context.Context) error { return nil },
 		}, func(err error) bool { return err == nil }},
@@ -202,7 +204,9 @@ func TestResendClarifiesASendCutShortByTheContext(t *testing.T) {
 		// whether it did: no clarifying send
 		{"unanswered before, then cut short", []func(ctx context.Context) error{
 			func(context.Context) error { return context.DeadlineExceeded }, cutShort,
-		}, func(err error) bool { return errors.Is(err, ErrorOutcomeUnknown) && !errors.Is(err, ErrorWritesRefused) }},
+		}, func(err error) bool {
+			return errors.Is(err, ErrorOutcomeUnknown) && !errors.Is(err, ErrorWritesRefused)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
