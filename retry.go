@@ -129,33 +129,28 @@ func (c *redisConnection) retryDeadline(ctx context.Context) time.Time {
 // passed to report with its count. call must be safe to repeat: it sends
 // the same token every time.
 //
-// A try runs under ctx alone, bounded by the client's own timeouts (dial,
-// read, write, its retries), and the deadline is looked at between tries:
-// a try cut short by a deadline of ours would end with a context error
-// that hides whether the call left the process, and the final error could
-// not tell "unavailable" from "unknown". So a call may end up to one try
-// after its deadline.
+// A try is not cut short by a deadline of ours: it runs bounded by the
+// client's own timeouts (dial, read, write, its retries), and the deadline
+// is looked at between tries, since a try cut short would end with a
+// context error that hides whether the call left the process, and the
+// final error could not tell "unavailable" from "unknown". So a call may
+// end up to one try after the retry deadline.
 //
-// A try that ctx cut short ends with ctx's bare error, which does not say
-// whether Redis got the call: go-redis resends a call refused with
-// READONLY or LOADING by itself, and when ctx ends while it waits to, it
-// returns ctx's error and not Redis's refusal. When that try is the only
-// one that may have run, resend asks once more (see clarify), so that a
-// call every send of which was refused ends in ErrorWritesRefused and not
-// in ErrorOutcomeUnknown.
+// Nor is a try cut short by ctx (see try): the caller stops waiting for it
+// answerGrace after ctx ended. go-redis resends a call refused with
+// READONLY or LOADING by itself, and a context ending while it waits to
+// would make it return the context's bare error instead of Redis's
+// refusal, so that a call every send of which was refused would end in
+// ErrorOutcomeUnknown instead of ErrorWritesRefused.
 func (c *redisConnection) resend(ctx context.Context, call func(context.Context) error, report func(err error, count int)) error {
 	deadline := c.retryDeadline(ctx)
 	var s sends
 	for {
-		err := call(ctx)
+		err := try(ctx, call)
 		if err == nil {
 			return nil
 		}
-		wasAmbiguous := s.ambiguous
 		again := s.failed(err)
-		if ctx.Err() != nil && !wasAmbiguous && s.kind == failUnknown && isContextError(err) {
-			return c.clarify(ctx, call, &s)
-		}
 		if !again || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
@@ -171,33 +166,39 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 }
 
 // answerGrace bounds how long a call whose caller's context ended waits
-// for the answer to the send under way (see clarify and await). It covers
+// for the answer to the send under way (see try and await). It covers
 // go-redis's own resends of a refused call with its default backoff.
 const answerGrace = 500 * time.Millisecond
 
-func isContextError(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
+// errNoAnswer is the error of a try whose answer did not come within
+// answerGrace after the caller's context ended: it may still run.
+var errNoAnswer = errors.New("redq: no answer in time")
 
-// clarify makes one last send of call, under the same token, after ctx cut
-// the previous one short and no earlier send may have run. The call runs
-// at most once however often it is sent, so an answer of Redis is the
-// truth about it: done (nil), refused (nothing was done), or an error.
-// When this send is not answered within answerGrace either, the outcome
-// stays unknown.
-func (c *redisConnection) clarify(ctx context.Context, call func(context.Context) error, s *sends) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
-	defer cancel()
-	err := call(cctx)
-	if err == nil {
-		return nil
+// try makes one send of call, under ctx's values but not its end, so that
+// the send ends with an answer of Redis or a failure of the client's own,
+// never with a context error that hides which. When ctx ends first, the
+// caller waits answerGrace more for that end, and else gives up with
+// errNoAnswer: the send goes on by itself (calls are safe to repeat, and a
+// late send of a finished call lands nothing).
+func try(ctx context.Context, call func(context.Context) error) error {
+	if ctx.Done() == nil {
+		return call(ctx)
 	}
-	if k := classify(err); k != failUnknown && k != failUnreached {
-		// Redis answered: what it said stands for every send before.
-		s.count++
-		s.ambiguous, s.last, s.kind = false, err, k
+	answer := make(chan error, 1)
+	go func() { answer <- call(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-answer:
+		return err
+	case <-ctx.Done():
 	}
-	return s.err()
+	grace := time.NewTimer(answerGrace)
+	defer grace.Stop()
+	select {
+	case err := <-answer:
+		return err
+	case <-grace.C:
+		return fmt.Errorf("%w (%w)", errNoAnswer, ctx.Err())
+	}
 }
 
 // remembered is one script call that Redis remembers by a field and a
