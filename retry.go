@@ -150,8 +150,7 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		if err == nil {
 			return nil
 		}
-		again := s.failed(err)
-		if !again || ctx.Err() != nil || !time.Now().Before(deadline) {
+		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
 		if report != nil {
