@@ -94,7 +94,7 @@ func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string
 	}
 	r := &settleRequest{q: q, mode: mode, dest: dest, ids: ids, deadline: c.conn.retryDeadline(ctx), report: report,
 		done: make(chan settleResult, 1)}
-	c.group.submit(ctx, r)
+	c.group.submit(r)
 	return await(ctx, &r.state, r.done)
 }
 

@@ -38,11 +38,8 @@ func newGroupCommit[R any](flush func(slot int, batch []R)) *groupCommit[R] {
 }
 
 // submit queues r and, when a slot is free, flushes before it returns. The
-// caller then waits for r's completion. A caller whose context can end
-// (ctx.Done() is not nil) leaves the flush to a new goroutine instead: a
-// flush sends without a deadline of its own and may take as long as the
-// client's timeouts, and the caller must be free to give up at its own.
-func (g *groupCommit[R]) submit(ctx context.Context, r R) {
+// caller then waits for r's completion.
+func (g *groupCommit[R]) submit(r R) {
 	g.mu.Lock()
 	g.pending = append(g.pending, r)
 	lead := len(g.free) > 0
@@ -52,10 +49,7 @@ func (g *groupCommit[R]) submit(ctx context.Context, r R) {
 		g.free = g.free[:len(g.free)-1]
 	}
 	g.mu.Unlock()
-	switch {
-	case lead && ctx.Done() != nil:
-		go g.flushLoop(slot, false)
-	case lead:
+	if lead {
 		g.flushLoop(slot, true)
 	}
 }
@@ -163,7 +157,7 @@ func (b *scriptBatcher) call(ctx context.Context, build func(field, token string
 		return nil, err
 	}
 	r := &batchedCall{build: build, deadline: b.conn.retryDeadline(ctx), done: make(chan batchedResult, 1)}
-	b.group.submit(ctx, r)
+	b.group.submit(r)
 	res, err := await(ctx, &r.state, r.done)
 	if err != nil {
 		return nil, err

@@ -251,7 +251,7 @@ func (p *publisher) publish(ctx context.Context, q *redisQueue, envs []any) erro
 		return err
 	}
 	r := &publishRequest{q: q, envs: envs, deadline: p.conn.retryDeadline(ctx), done: make(chan error, 1)}
-	p.group.submit(ctx, r)
+	p.group.submit(r)
 	err, waitErr := await(ctx, &r.state, r.done)
 	if waitErr != nil {
 		return waitErr

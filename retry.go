@@ -129,28 +129,34 @@ func (c *redisConnection) retryDeadline(ctx context.Context) time.Time {
 // passed to report with its count. call must be safe to repeat: it sends
 // the same token every time.
 //
-// A try is not cut short by a deadline of ours: it runs bounded by the
-// client's own timeouts (dial, read, write, its retries), and the deadline
-// is looked at between tries, since a try cut short would end with a
-// context error that hides whether the call left the process, and the
-// final error could not tell "unavailable" from "unknown". So a call may
-// end up to one try after the retry deadline.
+// A try runs under ctx alone, bounded by the client's own timeouts (dial,
+// read, write, its retries), and the deadline is looked at between tries:
+// a try cut short by a deadline of ours would end with a context error
+// that hides whether the call left the process, and the final error could
+// not tell "unavailable" from "unknown". So a call may end up to one try
+// after its deadline.
 //
-// Nor is a try cut short by ctx (see try): the caller stops waiting for it
-// answerGrace after ctx ended. go-redis resends a call refused with
-// READONLY or LOADING by itself, and a context ending while it waits to
-// would make it return the context's bare error instead of Redis's
-// refusal, so that a call every send of which was refused would end in
-// ErrorOutcomeUnknown instead of ErrorWritesRefused.
+// A try that ctx cut short ends with ctx's bare error, which does not say
+// whether Redis got the call: go-redis resends a call refused with
+// READONLY or LOADING by itself, and when ctx ends while it waits to, it
+// returns ctx's error and not Redis's refusal. When that try is the only
+// one that may have run, resend asks once more (see clarify), so that a
+// call every send of which was refused ends in ErrorWritesRefused and not
+// in ErrorOutcomeUnknown.
 func (c *redisConnection) resend(ctx context.Context, call func(context.Context) error, report func(err error, count int)) error {
 	deadline := c.retryDeadline(ctx)
 	var s sends
 	for {
-		err := try(ctx, call)
+		err := call(ctx)
 		if err == nil {
 			return nil
 		}
-		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		wasAmbiguous := s.ambiguous
+		again := s.failed(err)
+		if ctx.Err() != nil && !wasAmbiguous && s.kind == failUnknown && isContextError(err) {
+			return c.clarify(ctx, call, &s)
+		}
+		if !again || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
 		if report != nil {
@@ -165,39 +171,46 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 }
 
 // answerGrace bounds how long a call whose caller's context ended waits
-// for the answer to the send under way (see try and await). It covers
+// for the answer to the send under way (see clarify and await). It covers
 // go-redis's own resends of a refused call with its default backoff.
 const answerGrace = 500 * time.Millisecond
 
-// errNoAnswer is the error of a try whose answer did not come within
-// answerGrace after the caller's context ended: it may still run.
-var errNoAnswer = errors.New("redq: no answer in time")
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
 
-// try makes one send of call, under ctx's values but not its end, so that
-// the send ends with an answer of Redis or a failure of the client's own,
-// never with a context error that hides which. When ctx ends first, the
-// caller waits answerGrace more for that end, and else gives up with
-// errNoAnswer: the send goes on by itself (calls are safe to repeat, and a
-// late send of a finished call lands nothing).
-func try(ctx context.Context, call func(context.Context) error) error {
-	if ctx.Done() == nil {
-		return call(ctx)
-	}
+// clarify makes one last send of call, under the same token, after ctx cut
+// the previous one short and no earlier send may have run. The call runs
+// at most once however often it is sent, so an answer of Redis is the
+// truth about it: done (nil), refused (nothing was done), or an error.
+// When this send is not answered within answerGrace either, the outcome
+// stays unknown. The send runs in a goroutine of its own, so that a client
+// that does not cut its reads at a context's deadline (go-redis's default)
+// cannot hold the caller longer; it finishes on its own.
+func (c *redisConnection) clarify(ctx context.Context, call func(context.Context) error, s *sends) error {
 	answer := make(chan error, 1)
-	go func() { answer <- call(context.WithoutCancel(ctx)) }()
-	select {
-	case err := <-answer:
-		return err
-	case <-ctx.Done():
-	}
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
+		defer cancel()
+		answer <- call(cctx)
+	}()
 	grace := time.NewTimer(answerGrace)
 	defer grace.Stop()
+	var err error
 	select {
-	case err := <-answer:
-		return err
+	case err = <-answer:
 	case <-grace.C:
-		return fmt.Errorf("%w (%w)", errNoAnswer, ctx.Err())
+		return s.err()
 	}
+	if err == nil {
+		return nil
+	}
+	if k := classify(err); k != failUnknown && k != failUnreached {
+		// Redis answered: what it said stands for every send before.
+		s.count++
+		s.ambiguous, s.last, s.kind = false, err, k
+	}
+	return s.err()
 }
 
 // remembered is one script call that Redis remembers by a field and a
