@@ -111,8 +111,8 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 			}
 			if e != nil {
 				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], e)
-			} else {
-				e = q.conn.outcome(verb, g.reg, res.codes[j], res.registered)
+			} else if e = q.conn.outcome(verb, g.reg, res.codes[j], res.registered); e == nil && res.waited != nil {
+				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], res.waited)
 			}
 			if e != nil {
 				errs[i] = e

@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ type settleResult struct {
 	codes      []int64 // per id: codeDone, codeMissing or codeLost
 	registered bool    // the connection is registered for the queue
 	errs       []error // per id, when its call failed for good; nil when none did
+	// waited is, with WithWaitReplicas, the *ReplicationError of a call of
+	// the request whose write fewer replicas confirmed.
+	waited error
 }
 
 // err returns the error for id i, if its call failed.
@@ -193,6 +197,10 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 			c.fields.put(field)
 			var codes []int64
 			registered := false
+			var waited error
+			if errors.Is(err, ErrorNotReplicated) {
+				waited, err = err, nil
+			}
 			if err == nil {
 				codes, registered, err = parseCodes(v, len(cl.ids))
 			}
@@ -207,6 +215,9 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 					}
 				} else {
 					pr.res.registered = pr.res.registered && registered
+					if waited != nil {
+						pr.res.waited = waited
+					}
 					copy(pr.res.codes[p.from:p.to], codes[p.groupStart:p.groupStart+p.to-p.from])
 				}
 				if pr.left--; pr.left == 0 {

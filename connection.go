@@ -68,7 +68,8 @@ type Connection interface {
 // at open an EvictionWarning when Redis may evict keys) and is never
 // blocked on: errors that do not fit are dropped. The connection never
 // stops by itself unless WithStopOnHeartbeatErrorLimit asks for it (see
-// Connection).
+// Connection). Errors at open are typed as OpenConnection's; the client is
+// the caller's, and is not closed when opening fails.
 func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
 	c, err := open(ctx, tag, client, errChan, opts)
 	if err != nil {
@@ -78,14 +79,28 @@ func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 }
 
 // OpenConnection opens a connection on the Redis at network and address.
+// An error at open matches ErrorUnavailable when Redis could not be
+// reached, ErrorConfiguration when the settings are wrong (password, ACL,
+// database index), ErrorWritesRefused when Redis accepts no writes, or
+// *ArgumentError for bad input; the client it made is closed again.
 func OpenConnection(tag, network, address string, db int, errChan chan<- error, opts ...Option) (Connection, error) {
 	return OpenConnectionWithRedisOptions(tag, &redis.Options{Network: network, Addr: address, DB: db}, errChan, opts...)
 }
 
 // OpenConnectionWithRedisOptions opens a connection with a new client made
 // from redisOptions.
+// When opening fails, the client is closed again.
 func OpenConnectionWithRedisOptions(tag string, redisOptions *redis.Options, errChan chan<- error, opts ...Option) (Connection, error) {
-	return Open(context.Background(), tag, redis.NewClient(redisOptions), errChan, opts...)
+	if redisOptions == nil {
+		return nil, argError("redis options", redisOptions, "must not be nil")
+	}
+	client := redis.NewClient(redisOptions)
+	c, err := Open(context.Background(), tag, client, errChan, opts...)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // OpenConnectionWithRedisClient opens a connection on an existing client,
@@ -104,13 +119,21 @@ func OpenConnectionWithRedisClient(tag string, client redis.Cmdable, errChan cha
 // OpenConnectionWithTestRedisClient opens a connection on a new embedded
 // miniredis server, for tests and demos. The server lives as long as the
 // process. Keys expire in miniredis only when its clock is moved
-// (FastForward), so heartbeats there never lapse on their own.
+// (FastForward), so heartbeats there never lapse on their own. When
+// opening fails, the server and its client are closed again.
 func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ...Option) (Connection, error) {
 	m, err := miniredis.Run()
 	if err != nil {
 		return nil, fmt.Errorf("redq: start embedded redis: %w", err)
 	}
-	return OpenConnectionWithRedisClient(tag, redis.NewClient(&redis.Options{Addr: m.Addr()}), errChan, opts...)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	c, err := OpenConnectionWithRedisClient(tag, client, errChan, opts...)
+	if err != nil {
+		_ = client.Close()
+		m.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 type redisConnection struct {
@@ -192,8 +215,13 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")
 	name := c.newName()
+	if o.waitReplicas > 0 {
+		if err := c.checkWaitReplicas(ctx); err != nil {
+			return nil, fmt.Errorf("redq: open connection %s: %w", name, err)
+		}
+	}
 	if err := c.register(ctx, name); err != nil {
-		return nil, fmt.Errorf("redq: register connection %s: %w", name, err)
+		return nil, fmt.Errorf("redq: register connection %s: %w", name, openError(err))
 	}
 	c.reg.Store(&registration{name: name})
 	if errChan != nil {

@@ -222,7 +222,10 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, d.reg, res.codes[0], res.registered)
+	if err := d.q.conn.outcome(verb, d.reg, res.codes[0], res.registered); err != nil || res.waited == nil {
+		return err
+	}
+	return fmt.Errorf("redq: %s %v: %w", verb, d, res.waited)
 }
 
 // single runs one of the scripts that act on one delivery and reply
@@ -235,8 +238,13 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	token := d.q.conn.nextToken()
 	var code int64
 	var registered bool
+	var waited error // with WithWaitReplicas: replicas missing
 	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
-		v, err := script.Run(ctx, d.q.conn.client, d.q.keys.scriptKeys("", nil, d.q.keys.connKeys(d.reg.name)), d.reg.name, d.ref(), token, arg).Result()
+		v, err := d.q.conn.runScript(ctx, scriptCall{script, d.q.keys.scriptKeys("", nil, d.q.keys.connKeys(d.reg.name)),
+			[]any{d.reg.name, d.ref(), token, arg}})
+		if errors.Is(err, ErrorNotReplicated) {
+			waited, err = err, nil
+		}
 		if err != nil {
 			return err
 		}
@@ -253,7 +261,10 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, d.reg, code, registered)
+	if err := d.q.conn.outcome(verb, d.reg, code, registered); err != nil || waited == nil {
+		return err
+	}
+	return fmt.Errorf("redq: %s %v: %w", verb, d, waited)
 }
 
 // Codes the scripts give per delivery.

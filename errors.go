@@ -1,8 +1,13 @@
 package redq
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Errors returned by the API. Compare with errors.Is: most are wrapped with
@@ -76,7 +81,56 @@ var (
 	// queue's keys are in another Redis Cluster slot than the queue's; give
 	// both names one slot group ({group}name) to put them in one slot.
 	ErrorCrossSlot = errors.New("redq: the queues are in different Redis Cluster slots")
+	// ErrorConfiguration is returned when opening a connection fails
+	// because of how the client or redq is set up, not because Redis is
+	// away: a wrong password or user (WRONGPASS, NOAUTH), a user whose ACL
+	// does not allow what redq runs (NOPERM), a database index the server
+	// does not have, TLS settings the server does not speak, or a client
+	// kind a chosen option cannot use (then the error also matches
+	// ErrorUnsupportedClient). Retrying does not help: fix the settings.
+	ErrorConfiguration = errors.New("redq: Redis refused the connection's settings; fix the configuration")
+	// ErrorUnsupportedClient is returned at open when an option needs a
+	// kind of go-redis client that was not given (for example
+	// WithWaitReplicas on a ring client, a bare Cmdable or miniredis). It
+	// also matches ErrorConfiguration.
+	ErrorUnsupportedClient = errors.New("redq: this kind of Redis client cannot serve the option")
+	// ErrorNotReplicated is matched by every *ReplicationError: a write was
+	// done on the primary, but fewer replicas than WithWaitReplicas asks
+	// for confirmed it in time.
+	ErrorNotReplicated = errors.New("redq: the write was done, but not confirmed by enough replicas")
 )
+
+// ReplicationError is returned by a publish or a settle on a connection
+// opened WithWaitReplicas when the write was done on the primary but only
+// Got of the Want replicas confirmed it before the timeout. The write is
+// not undone and stays in Redis: a publish that returns it was published
+// (do not publish again, or the delivery exists twice), an Ack that
+// returns it removed the delivery. What is at risk is only that a
+// failover in the next moments promotes a replica that did not get the
+// write. It matches ErrorNotReplicated.
+type ReplicationError struct {
+	Want int   // replicas asked for (WithWaitReplicas)
+	Got  int   // replicas that confirmed the write in time
+	Err  error // why WAIT got no answer, when it got none (then Got is 0)
+}
+
+func (e *ReplicationError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("redq: the write was done on the primary, but waiting for %d replicas to confirm it failed: %v", e.Want, e.Err)
+	}
+	return fmt.Sprintf("redq: the write was done on the primary, but only %d of %d replicas confirmed it in time", e.Got, e.Want)
+}
+
+// Unwrap returns why WAIT got no answer, if it got none.
+func (e *ReplicationError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrorNotReplicated) true.
+func (e *ReplicationError) Is(target error) bool { return target == ErrorNotReplicated }
+
+// unsupportedClient is the error for an option that cannot use client.
+func unsupportedClient(option string, client any, why string) error {
+	return fmt.Errorf("%w: %w: %s cannot use a %T: %s", ErrorConfiguration, ErrorUnsupportedClient, option, client, why)
+}
 
 // ArgumentError describes bad input: which argument and why. Nothing was
 // changed in Redis when it is returned. It matches ErrorInvalidArgument.
@@ -180,3 +234,37 @@ func (e *DeliveryError) Error() string {
 
 // Unwrap returns the underlying Redis error.
 func (e *DeliveryError) Unwrap() error { return e.RedisErr }
+
+// openError types the error of the first call a new connection makes, so
+// that a program can tell what to do: ErrorUnavailable (no answer from
+// Redis: retry later), ErrorWritesRefused (a replica, out of memory or
+// loading: retry later, or point at the primary), ErrorConfiguration (fix
+// the settings). Other answers of Redis are returned as they are.
+func openError(err error) error {
+	var redisErr redis.Error
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	switch {
+	case redis.IsAuthError(err), redis.IsPermissionError(err),
+		errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
+		return fmt.Errorf("%w: %w", ErrorConfiguration, err)
+	case errors.As(err, &redisErr):
+		msg := redisErr.Error()
+		switch {
+		case strings.Contains(msg, "DB index"), strings.Contains(msg, "invalid DB"),
+			strings.Contains(msg, "SELECT is not allowed in cluster mode"),
+			strings.HasPrefix(msg, "ERR AUTH"), strings.Contains(msg, "no password is set"),
+			strings.HasPrefix(msg, "ERR unknown command"):
+			return fmt.Errorf("%w: %w", ErrorConfiguration, err)
+		}
+		if k := classify(err); k == failRefused || k == failOOM {
+			return fmt.Errorf("%w: %w", ErrorWritesRefused, err)
+		}
+		return err
+	}
+	// Not an answer of Redis: no connection, a dial or read timeout, a
+	// connection closed, or the caller's context ended.
+	return fmt.Errorf("%w: %w", ErrorUnavailable, err)
+}

@@ -93,8 +93,11 @@ func (g *groupCommit[R]) flushLoop(slot int, caller bool) {
 // await waits for the answer to a request submitted to a group commit.
 // When ctx ends first, a request still pending is withdrawn (the flush
 // skips it: see requestWithdrawn) and await returns ctx's error, since
-// nothing was sent; a request already taken by a flush may still run in
-// Redis, so await returns ErrorOutcomeUnknown wrapping ctx's error.
+// nothing was sent. A request already taken by a flush is given up to
+// answerGrace more: when ctx ended at the request's deadline, its call is
+// over then and its answer is on the way (Redis's, or the final error of
+// its sends: refused, unreachable or unknown). Otherwise it may still run
+// in Redis, and await returns ErrorOutcomeUnknown wrapping ctx's error.
 func await[T any](ctx context.Context, state *atomic.Int32, done <-chan T) (T, error) {
 	select {
 	case v := <-done:
@@ -105,10 +108,12 @@ func await[T any](ctx context.Context, state *atomic.Int32, done <-chan T) (T, e
 	if state.CompareAndSwap(requestPending, requestWithdrawn) {
 		return zero, ctx.Err()
 	}
+	grace := time.NewTimer(answerGrace)
+	defer grace.Stop()
 	select {
 	case v := <-done:
 		return v, nil
-	default:
+	case <-grace.C:
 	}
 	return zero, fmt.Errorf("%w: %w", ErrorOutcomeUnknown, ctx.Err())
 }

@@ -23,6 +23,8 @@ type options struct {
 	heartbeatErrorLimit int
 	maxPayloadSize      int
 	retryTimeout        time.Duration
+	waitReplicas        int // 0: do not wait (see WithWaitReplicas)
+	waitTimeout         time.Duration
 
 	// stop all consuming at the heartbeat error limit instead of pausing
 	// (see WithStopOnHeartbeatErrorLimit)
@@ -128,6 +130,41 @@ func WithRetryTimeout(d time.Duration) Option {
 			return argError("retry timeout", d, "must be between 1ms and "+MaxRetryTimeout.String())
 		}
 		o.retryTimeout = d
+		return nil
+	}
+}
+
+// WithWaitReplicas makes every publish and every settle wait, after its
+// write, until n replicas confirmed it or timeout passed (Redis's WAIT, on
+// the connection and node that carried the write). When fewer confirmed,
+// the verb returns a *ReplicationError (matching ErrorNotReplicated): the
+// write WAS done on the primary and stays; only a failover in the next
+// moments could lose it. Do not publish again on that error, or the
+// delivery exists twice.
+//
+// It covers Publish, PublishBytes and Put in all forms; Ack, Reject and
+// Push of deliveries and batches; Release, Touch and the handlers'
+// rejections; and the keyed and round calls (Upsert, Cancel, Add, ...),
+// which then return the *ReplicationError in place of their result. A
+// stopping consumer's hand-backs wait too, without telling anyone. Not
+// covered: the cleaner's returns and the connection's own bookkeeping.
+//
+// WAIT makes a write reach replicas' memory, not their disks, and does
+// not make Redis strongly consistent (see docs/durability.md). It needs a
+// *redis.Client (a failover client is one) or a *redis.ClusterClient on a
+// Redis that replicates; other clients, and miniredis, are refused at open
+// with ErrorUnsupportedClient. n must be at least 1 and timeout between
+// 1ms and MaxRetryTimeout. A WAIT costs a round trip to the replicas per
+// call (see the package benchmarks).
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return argError("replicas to wait for", n, "must be at least 1")
+		}
+		if timeout < time.Millisecond || timeout > MaxRetryTimeout {
+			return argError("replica wait timeout", timeout, "must be between 1ms and "+MaxRetryTimeout.String())
+		}
+		o.waitReplicas, o.waitTimeout = n, timeout
 		return nil
 	}
 }

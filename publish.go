@@ -268,7 +268,8 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 	args := append(append(head, token), envs...)
 	keys := q.keys.scriptKeys(q.keys.published(p.conn.Name(), field), nil)
 	return p.conn.resend(ctx, func(ctx context.Context) error {
-		return script.Run(ctx, p.conn.client, keys, args...).Err()
+		_, err := p.conn.runScript(ctx, scriptCall{script, keys, args})
+		return err
 	}, nil)
 }
 
@@ -278,7 +279,9 @@ func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) e
 	defer p.fields.put(field)
 	call := []*pushCall{p.pushCall(q, field, token, envs)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
-		return pushBatch(ctx, p.conn.client, call)[0].Err()
+		return p.conn.replicated(ctx, call[0].ready, func(s sender) error {
+			return pushBatch(ctx, s, call)[0].Err()
+		})
 	}, nil)
 }
 
@@ -309,17 +312,8 @@ const pushScriptMax = 10
 // guard (see publish.lua). When Redis refused the transaction (EXECABORT,
 // for example out of memory) nothing ran, and the error is the reason
 // Redis gave for the command it refused.
-func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
-	small := true
-	for _, pc := range calls {
-		small = small && len(pc.envs) <= pushScriptMax
-	}
-	if small {
-		sc := make([]scriptCall, len(calls))
-		for i, pc := range calls {
-			args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
-			sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record}, args: args}
-		}
+func pushBatch(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
+	if sc := pushScripts(calls); sc != nil {
 		return evalBatch(ctx, c, sc)
 	}
 	pipe := c.TxPipeline()
@@ -344,6 +338,22 @@ func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) 
 		}
 	}
 	return guards
+}
+
+// pushScripts returns calls as calls of publish.lua when they are all
+// small, or nil.
+func pushScripts(calls []*pushCall) []scriptCall {
+	for _, pc := range calls {
+		if len(pc.envs) > pushScriptMax {
+			return nil
+		}
+	}
+	sc := make([]scriptCall, len(calls))
+	for i, pc := range calls {
+		args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
+		sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record}, args: args}
+	}
+	return sc
 }
 
 // flush sends one script call per queue, in one pipeline.

@@ -57,7 +57,8 @@ func classify(err error) failure {
 	var opErr *net.OpError
 	var redisErr redis.Error
 	switch {
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, errBadReply), errors.Is(err, ErrorNotReplicated):
+		// (a resend of a call that ran could not wait for its write)
 		return failAnswered
 	case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, redis.ErrPoolTimeout):
 		return failUnreached
@@ -68,7 +69,9 @@ func classify(err error) failure {
 			return failOOM
 		case strings.HasPrefix(msg, "READONLY "), strings.HasPrefix(msg, "LOADING "), strings.HasPrefix(msg, "BUSY "),
 			strings.HasPrefix(msg, "MASTERDOWN "), strings.HasPrefix(msg, "TRYAGAIN "), strings.HasPrefix(msg, "CLUSTERDOWN "),
-			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached":
+			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached",
+			// from a cluster node redq sent to itself (see nodeFor)
+			strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "):
 			return failRefused
 		}
 		return failAnswered
@@ -132,6 +135,14 @@ func (c *redisConnection) retryDeadline(ctx context.Context) time.Time {
 // that hides whether the call left the process, and the final error could
 // not tell "unavailable" from "unknown". So a call may end up to one try
 // after its deadline.
+//
+// A try that ctx cut short ends with ctx's bare error, which does not say
+// whether Redis got the call: go-redis resends a call refused with
+// READONLY or LOADING by itself, and when ctx ends while it waits to, it
+// returns ctx's error and not Redis's refusal. When that try is the only
+// one that may have run, resend asks once more (see clarify), so that a
+// call every send of which was refused ends in ErrorWritesRefused and not
+// in ErrorOutcomeUnknown.
 func (c *redisConnection) resend(ctx context.Context, call func(context.Context) error, report func(err error, count int)) error {
 	deadline := c.retryDeadline(ctx)
 	var s sends
@@ -140,7 +151,12 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		if err == nil {
 			return nil
 		}
-		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		wasAmbiguous := s.ambiguous
+		again := s.failed(err)
+		if ctx.Err() != nil && !wasAmbiguous && s.kind == failUnknown && isContextError(err) {
+			return c.clarify(ctx, call, &s)
+		}
+		if !again || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
 		if report != nil {
@@ -154,6 +170,49 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 	}
 }
 
+// answerGrace bounds how long a call whose caller's context ended waits
+// for the answer to the send under way (see clarify and await). It covers
+// go-redis's own resends of a refused call with its default backoff.
+const answerGrace = 500 * time.Millisecond
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// clarify makes one last send of call, under the same token, after ctx cut
+// the previous one short and no earlier send may have run. The call runs
+// at most once however often it is sent, so an answer of Redis is the
+// truth about it: done (nil), refused (nothing was done), or an error.
+// When this send is not answered within answerGrace either, the outcome
+// stays unknown. The send runs in a goroutine of its own, so that a client
+// that does not cut its reads at a context's deadline (go-redis's default)
+// cannot hold the caller longer; it finishes on its own.
+func (c *redisConnection) clarify(ctx context.Context, call func(context.Context) error, s *sends) error {
+	answer := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
+		defer cancel()
+		answer <- call(cctx)
+	}()
+	grace := time.NewTimer(answerGrace)
+	defer grace.Stop()
+	var err error
+	select {
+	case err = <-answer:
+	case <-grace.C:
+		return s.err()
+	}
+	if err == nil {
+		return nil
+	}
+	if k := classify(err); k != failUnknown && k != failUnreached {
+		// Redis answered: what it said stands for every send before.
+		s.count++
+		s.ambiguous, s.last, s.kind = false, err, k
+	}
+	return s.err()
+}
+
 // remembered is one script call that Redis remembers by a field and a
 // token (see sends): its args carry them. A field serves one call at a
 // time, and the tokens of the calls that use it grow, so the scripts also
@@ -165,8 +224,11 @@ type remembered struct {
 	push       *pushCall              // a plain publish; the calls sent together are all of one kind
 	deadline   time.Time              // send it again until then
 	report     func(err error, n int) // told each failed try that is sent again; nil: nobody
-	done       func(v any, err error) // given the answer, or the final error, once
-	sends      sends
+	// done is given the answer, or the final error, once. With
+	// WithWaitReplicas, a call carried out whose write fewer replicas
+	// confirmed is given its answer and a *ReplicationError.
+	done  func(v any, err error)
+	sends sends
 }
 
 // sendAll sends calls once in one pipeline (one round trip) and leaves
@@ -178,22 +240,44 @@ func (c *redisConnection) sendAll(calls []*remembered) {
 	if again := c.sendOnce(calls, 1); len(again) > 0 {
 		go func() {
 			for try := 2; len(again) > 0; try++ {
-				time.Sleep(backoff(try-1, time.Second))
-				live := again[:0]
-				for _, call := range again {
-					if time.Now().Before(call.deadline) {
-						live = append(live, call)
-					} else {
-						call.done(nil, call.sends.err())
+				// Wait for the backoff, and give each call whose deadline
+				// comes first its final error then: a caller whose context
+				// ends at that deadline gets it (see await).
+				resendAt := time.Now().Add(backoff(try-1, time.Second))
+				for {
+					again = expire(again)
+					if len(again) == 0 || !time.Now().Before(resendAt) {
+						break
 					}
+					wake := resendAt
+					for _, call := range again {
+						if call.deadline.Before(wake) {
+							wake = call.deadline
+						}
+					}
+					time.Sleep(time.Until(wake))
 				}
-				if len(live) == 0 {
+				if len(again) == 0 {
 					return
 				}
-				again = c.sendOnce(live, try)
+				again = c.sendOnce(again, try)
 			}
 		}()
 	}
+}
+
+// expire gives the calls whose deadline passed their final error and
+// returns the others.
+func expire(calls []*remembered) []*remembered {
+	live := calls[:0]
+	for _, call := range calls {
+		if time.Now().Before(call.deadline) {
+			live = append(live, call)
+		} else {
+			call.done(nil, call.sends.err())
+		}
+	}
+	return live
 }
 
 // sendOnce makes one try of calls in one pipeline and returns those to
@@ -201,18 +285,11 @@ func (c *redisConnection) sendAll(calls []*remembered) {
 // resend).
 func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 	var cmds []*redis.Cmd
-	if calls[0].push != nil {
-		pc := make([]*pushCall, len(calls))
-		for i, call := range calls {
-			pc[i] = call.push
-		}
-		cmds = pushBatch(context.Background(), c.client, pc)
+	var waits []error // per call, with WithWaitReplicas: replicas missing
+	if c.opts.waitReplicas > 0 {
+		cmds, waits = c.sendReplicated(context.Background(), calls)
 	} else {
-		sc := make([]scriptCall, len(calls))
-		for i, call := range calls {
-			sc[i] = call.scriptCall
-		}
-		cmds = evalBatch(context.Background(), c.client, sc)
+		cmds = sendBatch(context.Background(), c.client, calls)
 	}
 	var again []*remembered
 	for i, call := range calls {
@@ -226,8 +303,27 @@ func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 		}
 		if err != nil {
 			err = call.sends.err()
+		} else if waits != nil && waits[i] != nil {
+			err = waits[i]
 		}
 		call.done(v, err)
 	}
 	return again
+}
+
+// sendBatch sends calls, all plain publishes or all script calls, in one
+// round trip on s.
+func sendBatch(ctx context.Context, s sender, calls []*remembered) []*redis.Cmd {
+	if calls[0].push != nil {
+		pc := make([]*pushCall, len(calls))
+		for i, call := range calls {
+			pc[i] = call.push
+		}
+		return pushBatch(ctx, s, pc)
+	}
+	sc := make([]scriptCall, len(calls))
+	for i, call := range calls {
+		sc[i] = call.scriptCall
+	}
+	return evalBatch(ctx, s, sc)
 }

@@ -210,7 +210,7 @@ func isLost(err error) bool {
 // evalBatch runs one script per call in a single pipeline (one round trip;
 // a cluster client splits it by slot). Calls whose script was not cached are
 // run again with EVAL; they did not run the first time.
-func evalBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) []*redis.Cmd {
+func evalBatch(ctx context.Context, c sender, calls []scriptCall) []*redis.Cmd {
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, sc := range calls {
