@@ -25,11 +25,15 @@ type traffic struct {
 	errs     chan error
 
 	mu        sync.Mutex
-	published map[string]bool // payload -> Publish returned nil
-	maybe     map[string]bool // payload -> outcome unknown
-	seen      map[string]int  // payload -> times consumed
-	lastAck   map[string]time.Time
-	ackErrs   int
+	published map[string]bool      // payload -> Publish returned nil
+	maybe     map[string]bool      // payload -> outcome unknown
+	seen      map[string]int       // payload -> times consumed
+	started   map[string]time.Time // payload -> when its Publish was called
+	// watch and first measure a resumption (see resumedOn): first holds,
+	// per queue, the first ack of a delivery published after watch.
+	watch   time.Time
+	first   map[string]time.Time
+	ackErrs int
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -42,7 +46,8 @@ type traffic struct {
 func startTraffic(t testing.TB, b backend, ns Option, queues []string, interval time.Duration) *traffic {
 	t.Helper()
 	tr := &traffic{t: t, queues: queues, errs: make(chan error, 10000),
-		published: map[string]bool{}, maybe: map[string]bool{}, seen: map[string]int{}, lastAck: map[string]time.Time{},
+		published: map[string]bool{}, maybe: map[string]bool{}, seen: map[string]int{},
+		started: map[string]time.Time{}, first: map[string]time.Time{},
 		stop: make(chan struct{}), prefetch: 10}
 	var err error
 	if tr.pub, err = openConn(b.client, "pub", nil, ns); err != nil {
@@ -64,7 +69,10 @@ func startTraffic(t testing.TB, b backend, ns Option, queues []string, interval 
 			defer tr.mu.Unlock()
 			tr.seen[p]++
 			if err == nil {
-				tr.lastAck[name] = time.Now()
+				now := time.Now()
+				if _, ok := tr.first[name]; !ok && tr.started[p].After(tr.watch) {
+					tr.first[name] = now
+				}
 			} else {
 				tr.ackErrs++
 			}
@@ -84,6 +92,9 @@ func startTraffic(t testing.TB, b backend, ns Option, queues []string, interval 
 				case <-tick.C:
 				}
 				p := name + ":" + strconv.Itoa(i)
+				tr.mu.Lock()
+				tr.started[p] = time.Now()
+				tr.mu.Unlock()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				err := pq.PublishContext(ctx, p)
 				cancel()
@@ -100,30 +111,41 @@ func startTraffic(t testing.TB, b backend, ns Option, queues []string, interval 
 	return tr
 }
 
-// lastAcked is when the last delivery of queue was acked.
-func (tr *traffic) lastAcked(queue string) time.Time {
+// watchFrom starts measuring a resumption from since (see resumedOn).
+func (tr *traffic) watchFrom(since time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return tr.lastAck[queue]
+	if tr.watch.Equal(since) {
+		return // already watching: keep what came
+	}
+	tr.watch = since
+	tr.first = map[string]time.Time{}
 }
 
-// resumed waits until every queue had an ack after since, and returns how
-// long after since the first ack of each came.
+// resumed waits until every queue had a delivery published after since
+// consumed and acked, and returns how long after since the first of each
+// queue came.
 func (tr *traffic) resumed(since time.Time, bound time.Duration) (map[string]time.Duration, error) {
 	return tr.resumedOn(tr.queues, since, bound)
 }
 
-// resumedOn is resumed for some of the queues.
+// resumedOn is resumed for some of the queues. (An ack that was on its way
+// when since came does not count: the delivery must be published after
+// since.)
 func (tr *traffic) resumedOn(queues []string, since time.Time, bound time.Duration) (map[string]time.Duration, error) {
+	tr.watchFrom(since)
 	out := map[string]time.Duration{}
 	deadline := time.Now().Add(bound)
 	for len(out) < len(queues) {
+		tr.mu.Lock()
 		for _, q := range queues {
-			if at := tr.lastAcked(q); at.After(since) {
-				if _, ok := out[q]; !ok {
-					out[q] = at.Sub(since)
-				}
+			if at, ok := tr.first[q]; ok {
+				out[q] = at.Sub(since)
 			}
+		}
+		tr.mu.Unlock()
+		if len(out) == len(queues) {
+			break
 		}
 		if time.Now().After(deadline) {
 			return out, fmt.Errorf("consuming did not resume on every queue within %v: %v", bound, out)
@@ -266,6 +288,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // traffic in flight
 		killed := time.Now()
+		tr.watchFrom(killed)
 		victim.Kill()
 		res, err := tr.resumed(killed, 60*time.Second)
 		if err != nil {
