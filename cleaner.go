@@ -120,6 +120,11 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 			c.topologyChanged(err)
 			failed.add(ctx, c, q.keys.ready, q.label(), err)
 		}
+		// moves a pusher left half done are finished, not counted: what
+		// Clean counts is what it returned to ready
+		if _, err := q.finishStaged(ctx); err != nil {
+			return total, fmt.Errorf("redq: clean: %w", err)
+		}
 	}
 	for _, f := range c.sweepRounds(ctx) {
 		c.topologyChanged(f.err)
@@ -270,18 +275,41 @@ func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, erro
 // maintain returns q's deliveries whose lease ran out, promotes its due
 // delayed deliveries and drops expired ones from the front of its ready
 // lines, in chunks of fetchChunk, and reports how many leases it returned.
+// A lease can be returned only by a call that declares its connection's
+// storage: the script names the connections it met without it, and the
+// next call declares them.
 func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 	var returned int64
+	declared := map[string]bool{}
+	var others []string
 	for {
-		ns, err := scripts.maintain.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, fetchChunk).Int64Slice()
+		conns := make([][]string, len(others))
+		for i, c := range others {
+			conns[i] = q.keys.connKeys(c)
+		}
+		v, err := scripts.maintain.Run(ctx, q.conn.client, q.keys.scriptKeys("", nil, conns...), fetchChunk).Slice()
 		if err != nil {
 			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
-		if len(ns) != 3 {
-			return returned, fmt.Errorf("leases and due deliveries of %q: unexpected reply %v", q.name, ns)
+		if len(v) < 3 {
+			return returned, fmt.Errorf("leases and due deliveries of %q: unexpected reply %v", q.name, v)
+		}
+		ns, err := int64s(v[:3])
+		if err != nil {
+			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
 		returned += ns[0]
-		if ns[0] < fetchChunk && ns[1] < fetchChunk && ns[2] < fetchChunk {
+		// come back with the connections named that were not declared yet
+		// (one named again although declared cannot be served: skip it)
+		more := false
+		for _, x := range v[3:] {
+			if c, ok := x.(string); ok && !declared[c] && len(others) < maxOthers {
+				declared[c] = true
+				others = append(others, c)
+				more = true
+			}
+		}
+		if !more && ns[0] < fetchChunk && ns[1] < fetchChunk && ns[2] < fetchChunk {
 			return returned, nil
 		}
 	}

@@ -32,7 +32,8 @@ type committer struct {
 // Settle modes, as settle.lua reads them.
 const (
 	modeAck  = "A" // delete
-	modeTail = "L" // move to the tail of a list (taken last)
+	modeTail = "L" // move to the tail of rejected (taken last)
+	modePush = "P" // move to the tail of another queue's ready (its dest)
 	modeHead = "R" // move to the head of a list (taken next)
 )
 
@@ -47,7 +48,7 @@ const (
 type settleRequest struct {
 	q        *redisQueue
 	mode     string
-	dest     string
+	dest     *redisQueue // the queue of modePush; nil for the other modes
 	ids      []string
 	deadline time.Time      // stop sending it again after this
 	report   *redisDelivery // named in DeliveryErrors while it is resent; nil: none
@@ -81,7 +82,7 @@ func newCommitter(c *redisConnection) *committer {
 // are resent until the retry deadline for ctx (see retryDeadline). When
 // ctx ends first, the error is ctx's if nothing was sent, or
 // ErrorOutcomeUnknown (wrapping ctx's) if it may still run.
-func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string, report *redisDelivery) (settleResult, error) {
+func (c *committer) settle(ctx context.Context, q *redisQueue, mode string, dest *redisQueue, ids []string, report *redisDelivery) (settleResult, error) {
 	if len(ids) == 0 {
 		return settleResult{registered: true}, nil
 	}
@@ -113,8 +114,9 @@ type pendingResult struct {
 // token of its own.
 func (c *committer) flush(_ int, batch []*settleRequest) {
 	type callKey struct {
-		q          *redisQueue
-		mode, dest string
+		q    *redisQueue
+		mode string
+		dest *redisQueue
 	}
 	type call struct {
 		key   callKey
@@ -156,16 +158,16 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 	for i, cl := range calls {
 		q := cl.key.q
 		field, token := c.fields.take(c.conn)
-		dest := cl.key.dest
-		if dest == "" {
-			dest = q.keys.ready // unused by acks; any key of the queue's slot
+		var dest *queueKeys
+		if cl.key.dest != nil {
+			dest = &cl.key.dest.keys
 		}
-		args := make([]any, 0, 5+len(cl.ids))
-		args = append(args, q.keys.prefix, c.conn.name, cl.key.mode, field, token)
+		args := make([]any, 0, 4+len(cl.ids))
+		args = append(args, c.conn.name, cl.key.mode, field, token)
 		for _, id := range cl.ids {
 			args = append(args, id)
 		}
-		cl.rc.scriptCall = scriptCall{scripts.settle, []string{q.keys.ready, dest}, args}
+		cl.rc.scriptCall = scriptCall{scripts.settle, q.keys.scriptKeys("", dest, q.ownConn), args}
 		cl.rc.report = func(err error, n int) {
 			seen := map[*settleRequest]bool{}
 			for _, p := range cl.parts {

@@ -127,6 +127,13 @@ type redisConnection struct {
 	// the heartbeat: from then on a cleaner may return what the connection
 	// holds, so its deliveries are no longer settled through it.
 	closed atomic.Bool
+
+	// forceStaged makes every Push to another queue take the staged path
+	// of a move between cluster slots (move.go), and afterStage, when set,
+	// runs between its first and second step. Tests set them; a program
+	// cannot.
+	forceStaged bool
+	afterStage  func()
 }
 
 func open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts []Option) (*redisConnection, error) {
@@ -282,7 +289,7 @@ func (c *redisConnection) OpenQueue(name string, opts ...QueueOption) (Queue, er
 }
 
 func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...QueueOption) (*redisQueue, error) {
-	if why := validName(name); why != "" {
+	if why := validQueueName(name); why != "" {
 		return nil, argError("queue name", name, why)
 	}
 	o := queueOptions{retry: DefaultRetryPolicy}

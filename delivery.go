@@ -235,7 +235,7 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	var code int64
 	var registered bool
 	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
-		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
+		v, err := script.Run(ctx, d.q.conn.client, d.q.keys.scriptKeys("", nil, d.q.ownConn), d.q.conn.name, d.ref(), token, arg).Result()
 		if err != nil {
 			return err
 		}

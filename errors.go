@@ -65,6 +65,11 @@ var (
 	// ErrorNotRedis is returned by operations that need a Redis-backed
 	// connection (for example a Cleaner) when given a test double.
 	ErrorNotRedis = errors.New("redq: not a Redis-backed connection")
+
+	// ErrorCrossSlot is returned by SetPushQueueSameSlot when the push
+	// queue's keys are in another Redis Cluster slot than the queue's; give
+	// both names one slot group ({group}name) to put them in one slot.
+	ErrorCrossSlot = errors.New("redq: the queues are in different Redis Cluster slots")
 )
 
 // ArgumentError describes bad input: which argument and why. Nothing was

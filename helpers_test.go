@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -20,6 +21,8 @@ import (
 var realRedis *redistest.Server
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	useKeyCheck()
 	if helper := os.Getenv(helperEnv); helper != "" {
 		os.Exit(runHelper(helper))
 	}

@@ -209,7 +209,15 @@ func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) 
 	if err := checkKey(key); err != nil {
 		return KeyedItem{}, err
 	}
-	v, err := scripts.keyedLookup.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, key).Slice()
+	v, err := scripts.keyedLookup.Run(ctx, q.conn.client, q.keys.block0(), key).Slice()
+	if err == nil && len(v) == 2 {
+		// the key runs on a connection whose storage the call did not
+		// declare: ask again with it (the key may have moved meanwhile;
+		// a second miss is reported as a bad reply, below)
+		if conn, ok := v[1].(string); ok {
+			v, err = scripts.keyedLookup.Run(ctx, q.conn.client, q.keys.scriptKeys("", nil, q.keys.connKeys(conn)), key).Slice()
+		}
+	}
 	if err != nil {
 		return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w", key, q.name, err)
 	}
@@ -237,14 +245,13 @@ func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) 
 	return item, nil
 }
 
-// keyedCall runs one of the keyed scripts that take the queue prefix, a
-// token and the key (and args), hold a call slot's record as their second
-// key and answer a number, once per token however often it is sent (see
+// keyedCall runs one of the keyed scripts that take a token and the key
+// (and args), hold a call slot's record as their own key and answer a number, once per token however often it is sent (see
 // upsert.lua). Calls of many goroutines share pipelines.
 func (q *redisQueue) keyedCall(ctx context.Context, verb string, script *redis.Script, key string, args ...any) (int64, error) {
 	v, err := q.conn.keyed.call(ctx, func(field, token string) scriptCall {
-		return scriptCall{script, []string{q.keys.ready, q.keys.published(q.conn.name, field)},
-			append([]any{q.keys.prefix, token, key}, args...)}
+		return scriptCall{script, q.keys.scriptKeys(q.keys.published(q.conn.name, field), nil),
+			append([]any{token, key}, args...)}
 	})
 	if err != nil {
 		return 0, fmt.Errorf("redq: %s %q on %q: %w", verb, key, q.name, err)

@@ -359,7 +359,7 @@ func TestReturnedRunningDeliveryMergesWithItsSuccessor(t *testing.T) {
 		}, 2},
 		{"handed back by a stop", 0, func(t *testing.T, _ backend, q *redisQueue, d Message, _ *schedClock) {
 			rd := d.(*redisDelivery)
-			res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, []string{rd.ref()}, nil)
+			res, err := q.conn.acks.settle(context.Background(), q, modeHead, nil, []string{rd.ref()}, nil)
 			if err != nil || res.codes[0] != codeDone {
 				t.Fatalf("hand back: %+v, %v", res, err)
 			}

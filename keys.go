@@ -1,6 +1,10 @@
 package redq
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Redis layout. Global keys share the hash tag {ns} so the scripts that
 // touch the connections set and heartbeats stay in one cluster slot:
@@ -54,11 +58,28 @@ import "fmt"
 //	ns:{name}:krun                 hash key -> the take of its running delivery
 //	ns:{name}:kpark                hash key -> the successor parked behind it
 //	ns:{name}:kver                 counter: versions of keyed items' stubs
+//	ns:{name}:outbox               hash take -> ms|queue|envelope: deliveries
+//	                               pushed on to a queue in another cluster
+//	                               slot, staged here until that queue has
+//	                               them (see scripts/move_apply.lua)
+//	ns:{name}:moved                sorted set source|take -> Redis ms: the
+//	                               staged moves this queue applied, so that
+//	                               one applied again lands once (kept a day)
 //
 // A timer set keeps the same keys under ns:{timers:name}.
 //
-// Names are validated (see validName) so that no name can produce another
-// queue's keys: they cannot contain braces, colons or white space.
+// Slot groups (co-location on Redis Cluster): a queue name of the form
+// {group}rest puts the queue in the slot of the hash tag {group}: its
+// prefix is ns:{group}rest, so its keys read ns:{group}rest:ready and so
+// on. Every queue of one group, and the plain queue named group, share a
+// slot, and a move between them (Push) is one script. The prefix of a
+// grouped queue has a name byte right after the closing brace and a plain
+// queue's has a colon there, and names hold no colon, so no queue's keys
+// can be another's.
+//
+// Names are validated (see validName, validQueueName) so that no name can
+// produce another queue's keys: they cannot contain colons or white space,
+// and braces only as a queue's leading {group}.
 
 const maxNameLength = 200
 
@@ -83,6 +104,41 @@ func validName(s string) string {
 	return ""
 }
 
+// validQueueName is validName for queue names, which may also take the
+// form {group}rest (see slot groups above): group and rest are valid names.
+// Any other use of braces would put the queue's keys under another hash
+// tag, or none, and spread them over several cluster slots.
+func validQueueName(s string) string {
+	if s == "" || s[0] != '{' {
+		return validName(s)
+	}
+	end := strings.IndexByte(s, '}')
+	if end < 0 {
+		return "a slot group {group} needs its closing brace"
+	}
+	if why := validName(s[1:end]); why != "" {
+		return "slot group " + why
+	}
+	if why := validName(s[end+1:]); why != "" {
+		return "the name after the slot group " + why
+	}
+	if len(s) > maxNameLength {
+		return fmt.Sprintf("must be at most %d bytes, is %d", maxNameLength, len(s))
+	}
+	return ""
+}
+
+// slotTag is the hash tag that places a queue's keys: its group, or its
+// name.
+func slotTag(name string) string {
+	if name != "" && name[0] == '{' {
+		if end := strings.IndexByte(name, '}'); end > 0 {
+			return name[1:end]
+		}
+	}
+	return name
+}
+
 type globalKeys struct {
 	ns, connections, queues, timers string
 }
@@ -100,11 +156,40 @@ func (g globalKeys) stopped(conn string) string { return "{" + g.ns + "}:stopped
 
 type queueKeys struct {
 	prefix, ready, rejected, consumers, levels string
+	// block is every key of the queue that is not per connection, in the
+	// order the queue scripts take them as KEYS (see queue_at in
+	// scripts/lib.lua): ready, levels, delayed, leases, rejected, meta,
+	// consumers, fence, seq, kpend, krun, kpark, kver, outbox, moved, then
+	// the ready lists of priorities 1..MaxPriority. Built once; never
+	// changed.
+	outbox string
+	block  []string
 }
 
+// queueBlockLen is the number of keys in a queue's block (QLEN in
+// scripts/lib.lua).
+const queueBlockLen = 15 + MaxPriority
+
 func newQueueKeys(ns, name string) queueKeys {
-	p := ns + ":{" + name + "}"
-	return queueKeys{prefix: p, ready: p + ":ready", rejected: p + ":rejected", consumers: p + ":consumers", levels: p + ":levels"}
+	if name != "" && name[0] == '{' {
+		// {group}rest: already carries its tag (see slot groups above)
+		return queueKeysOf(ns + ":" + name)
+	}
+	return queueKeysOf(ns + ":{" + name + "}")
+}
+
+// queueKeysOf lays out the keys of a queue whose keys start with prefix
+// p (which holds the queue's hash tag).
+func queueKeysOf(p string) queueKeys {
+	k := queueKeys{prefix: p, ready: p + ":ready", rejected: p + ":rejected", consumers: p + ":consumers",
+		levels: p + ":levels", outbox: p + ":outbox"}
+	k.block = make([]string, 0, queueBlockLen)
+	k.block = append(k.block, k.ready, k.levels, p+":delayed", p+":leases", k.rejected, p+":meta",
+		k.consumers, p+":fence", p+":seq", p+":kpend", p+":krun", p+":kpark", p+":kver", k.outbox, p+":moved")
+	for i := 1; i <= MaxPriority; i++ {
+		k.block = append(k.block, k.level(strconv.Itoa(i)))
+	}
+	return k
 }
 
 func (k queueKeys) unacked(conn string) string { return k.prefix + ":unacked:" + conn }
@@ -114,10 +199,60 @@ func (k queueKeys) level(p string) string { return k.ready + ":" + p }
 
 func (k queueKeys) replies(conn string) string { return k.prefix + ":replies:" + conn }
 
+func (k queueKeys) lost(conn string) string { return k.prefix + ":lost:" + conn }
+
+func (k queueKeys) done(conn string) string { return k.prefix + ":done:" + conn }
+
 // published is the record of one publish field of a connection (see
 // scripts/publish.lua).
 func (k queueKeys) published(conn, field string) string {
 	return k.prefix + ":published:" + conn + ":" + field
+}
+
+// Every queue script (the ones built by queueScript) gets its keys in
+// KEYS in one layout, so that it touches only keys that it was given
+// (Redis Cluster redirects a script by its declared keys, and a script
+// that touched an undeclared key mid-resharding would fail as if the
+// connection were lost, or create a key on the wrong node):
+//
+//	KEYS[1 .. QLEN]      the queue's block (queueKeys.block)
+//	KEYS[QLEN+1]         the script's own key: a publish or call record, a
+//	                     push destination, or the ready list when it has none
+//	KEYS[QLEN+2 ..]      the storage of the connections it may touch, four
+//	                     keys each (connKeys): unacked, replies, lost, done
+//	last QLEN keys       with a destination queue (a push into another
+//	                     queue): that queue's block
+//
+// scriptKeys builds that list from the script's own key ("": ready), the
+// destination queue (nil: none) and connection storages (connKeys).
+func (k queueKeys) scriptKeys(own string, dest *queueKeys, conns ...[]string) []string {
+	n := queueBlockLen + 1 + 4*len(conns)
+	if dest != nil {
+		n += queueBlockLen
+	}
+	out := make([]string, 0, n)
+	out = append(out, k.block...)
+	if own == "" {
+		own = k.ready
+	}
+	out = append(out, own)
+	for _, c := range conns {
+		out = append(out, c...)
+	}
+	if dest != nil {
+		out = append(out, dest.block...)
+	}
+	return out
+}
+
+// block0 is the KEYS of a script on the queue alone: no own key, no
+// connection.
+func (k queueKeys) block0() []string { return k.scriptKeys("", nil) }
+
+// connKeys is the storage of one connection for the queue, in the order
+// the scripts take it (see queue_keys in scripts/lib.lua).
+func (k queueKeys) connKeys(conn string) []string {
+	return []string{k.unacked(conn), k.replies(conn), k.lost(conn), k.done(conn)}
 }
 
 // Rounds (see round.go) live in a key space of their own: every key of one

@@ -554,7 +554,7 @@ func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
 		d := take(t, q, 1)[0].(*redisDelivery)
 		release := func() []int64 {
 			t.Helper()
-			v, err := scripts.release.Run(ctx, b.client, []string{q.keys.ready}, q.keys.prefix, c.name, d.ref(), "token-1", 0).Result()
+			v, err := scripts.release.Run(ctx, b.client, q.keys.scriptKeys("", nil, q.keys.connKeys(c.name)), c.name, d.ref(), "token-1", 0).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -598,7 +598,7 @@ func (m *migration) moveSource(ctx context.Context, q *migrateQueue, s *migrateS
 		n := min(m.chunk, s.count-moved)
 		m.calls++
 		token := m.runID + ":" + strconv.Itoa(m.calls)
-		reply, err := migrateRmqScript.Run(cctx, m.client, keys, token, n, mode, ids, s.kind).Result()
+		reply, err := scripts.migrateRmq.Run(cctx, m.client, keys, token, n, mode, ids, s.kind).Result()
 		if err != nil {
 			return fmt.Errorf("redq: move %s to %s: %w (what moved before is in place; run it again to move the rest)", s.key, dst, err)
 		}
@@ -678,9 +678,6 @@ func readErr(ctx context.Context, what string, err error) error {
 	}
 	return fmt.Errorf("redq: %s: %w", what, err)
 }
-
-// migrateRmqScript moves one chunk (scripts/migrate_rmq.lua).
-var migrateRmqScript = queueScript("migrate_rmq")
 
 // execPipe runs a pipeline of reads and returns the first error of its
 // commands other than redis.Nil (a missing key), which Exec would hide

@@ -487,7 +487,7 @@ func TestMigrateResentChunk(t *testing.T) {
 		keys := []string{f.l.ready("q"), k.ready, k.prefix + ":rmq"}
 		call := func(token string) []int64 {
 			t.Helper()
-			v, err := migrateRmqScript.Run(ctx, b.client, keys, token, 2, "back", "123456", "ready").Result()
+			v, err := scripts.migrateRmq.Run(ctx, b.client, keys, token, 2, "back", "123456", "ready").Result()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -198,7 +198,7 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 		if !o.at.IsZero() {
 			at = max(1, o.at.UnixMilli())
 		}
-		head := []any{q.keys.prefix, o.priority, ceilMs(o.ttl), ceilMs(o.delay), at}
+		head := []any{o.priority, ceilMs(o.ttl), ceilMs(o.delay), at}
 		err = q.conn.publisher.direct(ctx, q, scripts.put, head, args)
 	case len(args) <= coalesceMaxPayloads && size <= coalesceMaxBytes:
 		err = q.conn.publisher.publish(ctx, q, args)
@@ -267,7 +267,7 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 	field, token := p.fields.take(p.conn)
 	defer p.fields.put(field)
 	args := append(append(head, token), envs...)
-	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
+	keys := q.keys.scriptKeys(q.keys.published(p.conn.name, field), nil)
 	return p.conn.resend(ctx, func(ctx context.Context) error {
 		return script.Run(ctx, p.conn.client, keys, args...).Err()
 	}, nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,9 +53,17 @@ type Queue interface {
 	RunNow(ctx context.Context, key string) (bool, error)
 	// SetPushQueue sets where Push moves deliveries (nil: Push rejects). A
 	// keyed delivery pushed on is upserted into the push queue by its key.
-	// Push touches both queues' keys in one script: on Redis Cluster the
-	// two queues must be in one slot until cluster support lands (issue 14).
+	// On Redis Cluster, Push between queues in one slot (see
+	// SetPushQueueSameSlot) is one atomic script; between slots it is a
+	// two-step move that a crash cannot break (see docs/cluster-moves.md).
 	SetPushQueue(pushQueue Queue)
+	// SetPushQueueSameSlot is SetPushQueue for programs that require the
+	// fast path: it refuses, with an error matching ErrorCrossSlot and
+	// changing nothing, a push queue whose keys are in another Redis
+	// Cluster slot than this queue's (on any client, so that a program
+	// tested on one Redis node fails the same way). Queues named
+	// {group}name share the slot of group (see docs/cluster-moves.md).
+	SetPushQueueSameSlot(pushQueue Queue) error
 	// StartConsuming starts fetching deliveries for this handle's
 	// consumers. As in rmq, prefetchLimit bounds the deliveries of the
 	// queue that the connection holds: fetched and waiting in the buffer,
@@ -161,8 +170,14 @@ type redisQueue struct {
 	keys       queueKeys
 	unackedKey string
 	repliesKey string
-	handle     int64 // numbers this handle's field in repliesKey
-	pushQueue  atomic.Pointer[redisQueue]
+	// ownConn is the connection's storage for the queue (connKeys).
+	ownConn []string
+	// others holds connections whose leases of this queue ran out and
+	// whose storage the next fetch declares (see fetch.lua); guarded by mu.
+	others    []string
+	othersMu  sync.Mutex
+	handle    int64 // numbers this handle's field in repliesKey
+	pushQueue atomic.Pointer[redisQueue]
 	// fetchToken names the next fetch call; it changes only after a fetch
 	// succeeded, so a call repeated after an error is recognised.
 	fetchToken uint64
@@ -198,6 +213,7 @@ func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 // the queue of the same name: see OpenTimers).
 func (q *redisQueue) setKeys(k queueKeys) {
 	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(q.conn.name), k.replies(q.conn.name)
+	q.ownConn = k.connKeys(q.conn.name)
 }
 
 func (q *redisQueue) String() string { return q.name }
@@ -205,6 +221,28 @@ func (q *redisQueue) String() string { return q.name }
 func (q *redisQueue) SetPushQueue(pushQueue Queue) {
 	rq, _ := pushQueue.(*redisQueue)
 	q.pushQueue.Store(rq)
+}
+
+func (q *redisQueue) SetPushQueueSameSlot(pushQueue Queue) error {
+	if pushQueue == nil {
+		q.pushQueue.Store(nil)
+		return nil
+	}
+	rq, ok := pushQueue.(*redisQueue)
+	if !ok {
+		return fmt.Errorf("redq: push queue %v: %w", pushQueue, ErrorNotRedis)
+	}
+	if !q.sameSlot(rq) {
+		return fmt.Errorf("redq: push from %q (slot %d) to %q (slot %d): %w", q.name, keySlot(q.keys.ready),
+			rq.name, keySlot(rq.keys.ready), ErrorCrossSlot)
+	}
+	q.pushQueue.Store(rq)
+	return nil
+}
+
+// sameSlot reports whether p's keys are in q's cluster slot.
+func (q *redisQueue) sameSlot(p *redisQueue) bool {
+	return keySlot(q.keys.ready) == keySlot(p.keys.ready)
 }
 
 // Consuming
@@ -331,7 +369,7 @@ func (q *redisQueue) returnBuffered() {
 	// the retry timeout: a connection that goes on living would otherwise
 	// keep these in its storage, unworked, until it dies and a cleaner
 	// returns them.
-	res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, ids, nil)
+	res, err := q.conn.acks.settle(context.Background(), q, modeHead, nil, ids, nil)
 	if err == nil {
 		err = res.err(0)
 	}
@@ -577,7 +615,7 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 		out = append(out, d)
 	}
 	if len(faulty) > 0 {
-		res, err := q.conn.acks.settle(context.Background(), q, modeTail, q.keys.rejected, faulty, nil)
+		res, err := q.conn.acks.settle(context.Background(), q, modeTail, nil, faulty, nil)
 		if err == nil {
 			err = res.err(0)
 		}
@@ -600,21 +638,23 @@ type taken struct {
 // token (see fetch.lua), holding the connection's takes of the queue to
 // limit (0: no limit).
 func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64, limit int64) (taken, error) {
-	v, err := scripts.fetch.Run(ctx, q.conn.client, []string{q.keys.ready},
-		q.keys.prefix, q.conn.name, n, token, field, limit).Slice()
+	v, err := scripts.fetch.Run(ctx, q.conn.client, q.fetchKeys(),
+		q.conn.name, n, token, field, limit).Slice()
 	if err != nil {
 		return taken{}, err
 	}
-	if len(v) < 2 {
+	if len(v) < 3 {
 		return taken{}, fmt.Errorf("redq: short reply from fetch: %v", v)
 	}
-	fence, ok1 := v[len(v)-2].(int64)
-	hint, ok2 := v[len(v)-1].(int64)
-	if !ok1 || !ok2 {
-		return taken{}, fmt.Errorf("redq: unexpected fetch fence and hint %v, %v", v[len(v)-2], v[len(v)-1])
+	fence, ok1 := v[len(v)-3].(int64)
+	hint, ok2 := v[len(v)-2].(int64)
+	need, ok3 := v[len(v)-1].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return taken{}, fmt.Errorf("redq: unexpected fetch fence, hint and need %v, %v, %v", v[len(v)-3], v[len(v)-2], v[len(v)-1])
 	}
-	t := taken{envs: make([]string, len(v)-2), fence: strconv.FormatInt(fence, 10), hint: hint}
-	for i, x := range v[:len(v)-2] {
+	q.needOthers(need)
+	t := taken{envs: make([]string, len(v)-3), fence: strconv.FormatInt(fence, 10), hint: hint}
+	for i, x := range v[:len(v)-3] {
 		s, ok := x.(string)
 		if !ok {
 			return taken{}, fmt.Errorf("redq: unexpected fetch reply element %T", x)
@@ -622,6 +662,39 @@ func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token u
 		t.envs[i] = s
 	}
 	return t, nil
+}
+
+// maxOthers bounds how many other connections' storage one fetch declares.
+const maxOthers = 16
+
+// fetchKeys is the KEYS of a fetch: the queue's keys with the
+// connection's storage and that of the other connections the last fetch
+// named (see fetch.lua).
+func (q *redisQueue) fetchKeys() []string {
+	q.othersMu.Lock()
+	others := q.others
+	q.othersMu.Unlock()
+	conns := make([][]string, 0, 1+len(others))
+	conns = append(conns, q.ownConn)
+	for _, c := range others {
+		conns = append(conns, q.keys.connKeys(c))
+	}
+	return q.keys.scriptKeys("", nil, conns...)
+}
+
+// needOthers keeps the connections a fetch named (need: names separated
+// by spaces) for the next fetch to declare.
+func (q *redisQueue) needOthers(need string) {
+	var others []string
+	if need != "" {
+		others = strings.Fields(need)
+		if len(others) > maxOthers {
+			others = others[:maxOthers]
+		}
+	}
+	q.othersMu.Lock()
+	q.others = others
+	q.othersMu.Unlock()
 }
 
 // next waits for the next delivery; false once consuming stops.
@@ -736,12 +809,13 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 	}
 	var total int64
 	cursor := "0"
+	keys := q.keys.scriptKeys("", nil, q.keys.connKeys(conn))
 	for total < max || (unregister && max == 0) {
 		chunk := min(max-total, fetchChunk)
 		if unregister {
 			chunk = fetchChunk
 		}
-		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, conn, chunk, cursor, un).Slice()
+		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, keys, conn, chunk, cursor, un).Slice()
 		if err != nil {
 			return total, fmt.Errorf("redq: return unacked of %s on %q: %w", conn, q.name, err)
 		}
@@ -769,7 +843,7 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 	}
 	var total int64
 	for total < max {
-		n, err := scripts.returnRejected.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, min(max-total, fetchChunk)).Int64()
+		n, err := scripts.returnRejected.Run(ctx, q.conn.client, q.keys.block0(), min(max-total, fetchChunk)).Int64()
 		if err != nil {
 			return total, fmt.Errorf("redq: return rejected on %q: %w", q.name, err)
 		}
@@ -784,7 +858,7 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 // purge deletes what says: 'r' ready, 'j' rejected, 'd' delayed and the
 // counters; it returns the ready, rejected and delayed counts before.
 func (q *redisQueue) purge(ctx context.Context, what string) ([]int64, error) {
-	v, err := scripts.purge.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, what).Result()
+	v, err := scripts.purge.Run(ctx, q.conn.client, q.keys.block0(), what).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redq: purge %q: %w", q.name, err)
 	}
@@ -846,7 +920,7 @@ func (q *redisQueue) DrainContext(ctx context.Context, count int64) ([]string, e
 	if count == 0 {
 		return nil, nil
 	}
-	items, err := scripts.drain.Run(ctx, q.conn.client, []string{q.keys.ready}, q.keys.prefix, count).StringSlice()
+	items, err := scripts.drain.Run(ctx, q.conn.client, q.keys.block0(), count).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("redq: drain %q: %w", q.name, err)
 	}
@@ -947,17 +1021,15 @@ func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.hand
 // DeliveryErrors while the call is sent again.
 func (q *redisQueue) settle(ctx context.Context, verb string, ids []string, report *redisDelivery) (settleResult, error) {
 	if verb == "ack" {
-		return q.conn.acks.settle(ctx, q, modeAck, "", ids, report)
+		return q.conn.acks.settle(ctx, q, modeAck, nil, ids, report)
 	}
-	return q.conn.acks.settle(ctx, q, modeTail, q.destination(verb), ids, report)
-}
-
-// destination is the list a verb moves deliveries to.
-func (q *redisQueue) destination(verb string) string {
 	if verb == "push" {
 		if pq := q.pushQueue.Load(); pq != nil {
-			return pq.keys.ready
+			if q.conn.stagesPush(q, pq) {
+				return q.pushStaged(ctx, pq, ids, report)
+			}
+			return q.conn.acks.settle(ctx, q, modePush, pq, ids, report)
 		}
 	}
-	return q.keys.rejected
+	return q.conn.acks.settle(ctx, q, modeTail, nil, ids, report)
 }

@@ -403,8 +403,8 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 		}
 		put := func(token string) int64 {
 			t.Helper()
-			keys := []string{q.keys.ready, q.keys.published(c.name, "pY")}
-			n, err := scripts.put.Run(ctx, c.client, keys, q.keys.prefix, 0, 0, 60000, 0, token, envs("put", 1)[0]).Int64()
+			keys := q.keys.scriptKeys(q.keys.published(c.name, "pY"), nil)
+			n, err := scripts.put.Run(ctx, c.client, keys, 0, 0, 60000, 0, token, envs("put", 1)[0]).Int64()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -472,7 +472,7 @@ func TestRoundCleanerRemovesExpiredInBoundedChunks(t *testing.T) {
 		} else {
 			client = realClient(t)
 		}
-		calls := &scriptCalls{script: scripts.roundSweep, src: roundScriptText("round_sweep")}
+		calls := &scriptCalls{script: scripts.roundSweep, src: testPrelude + roundScriptText("round_sweep")}
 		client.AddHook(calls)
 		cc, err := openConn(client, "cleaner", nil, ns)
 		if err != nil {

@@ -36,6 +36,10 @@ type scriptSet struct {
 	// rounds (round.go)
 	roundOpen, roundAdd, roundNext, roundRemove, roundReissue *redis.Script
 	roundGet, roundLen, roundStats, roundSweep                *redis.Script
+	// migrate-from-rmq (migrate.go)
+	migrateRmq *redis.Script
+	// step 2 of a move between cluster slots (move.go)
+	moveApply *redis.Script
 }
 
 func readScript(name string) string {
@@ -44,13 +48,6 @@ func readScript(name string) string {
 		panic("redq: missing embedded script " + name + ": " + err.Error())
 	}
 	return string(b)
-}
-
-func mustScript(name string) *redis.Script { return redis.NewScript(compact(readScript(name))) }
-
-// queueScript is a script with the shared helpers it uses in front of it.
-func queueScript(name string) *redis.Script {
-	return redis.NewScript(compact(withHelpers(readScript("lib"), readScript(name))))
 }
 
 // compact drops the comment lines and blank lines of a script: they are
@@ -141,46 +138,59 @@ var (
 	luaWord    = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 )
 
-var scripts = scriptSet{
-	register:       mustScript("register"),
-	heartbeat:      mustScript("heartbeat"),
-	declareDead:    mustScript("declare_dead"),
-	stop:           mustScript("stop"),
-	setConsumers:   mustScript("set_consumers"),
-	fetch:          queueScript("fetch"),
-	settle:         queueScript("settle"),
-	returnUnacked:  queueScript("return_unacked"),
-	returnRejected: queueScript("return_rejected"),
-	purge:          queueScript("purge"),
-	publish:        queueScript("publish"),
-	put:            queueScript("put"),
-	release:        queueScript("release"),
-	touch:          queueScript("touch"),
-	rejectWith:     queueScript("reject_with"),
-	maintain:       queueScript("maintain"),
-	counts:         queueScript("counts"),
-	drain:          queueScript("drain"),
-	upsert:         queueScript("upsert"),
-	keyedCancel:    queueScript("keyed_cancel"),
-	keyedRunNow:    queueScript("keyed_run_now"),
-	keyedLookup:    queueScript("keyed_lookup"),
-	roundOpen:      roundScript("round_open"),
-	roundAdd:       roundScript("round_add"),
-	roundNext:      roundScript("round_next"),
-	roundRemove:    roundScript("round_remove"),
-	roundReissue:   roundScript("round_reissue"),
-	roundGet:       roundScript("round_get"),
-	roundLen:       roundScript("round_len"),
-	roundStats:     roundScript("round_stats"),
-	roundSweep:     roundScript("round_sweep"),
+// scripts is the set every call runs. It is built once and never changed
+// in production; tests may build it again with a prelude (see
+// newScriptSet) before any test runs.
+var scripts = newScriptSet("")
+
+// newScriptSet parses the scripts, each with prelude (Lua) in front of
+// it. The library's own set has none; a test puts a checker there that
+// refuses any key a script was not given in KEYS.
+func newScriptSet(prelude string) scriptSet {
+	mustScript := func(name string) *redis.Script { return redis.NewScript(prelude + compact(readScript(name))) }
+	queueScript := func(name string) *redis.Script {
+		return redis.NewScript(prelude + compact(withHelpers(readScript("lib"), readScript(name))))
+	}
+	roundScript := func(name string) *redis.Script { return redis.NewScript(prelude + roundScriptText(name)) }
+	return scriptSet{
+		register:       mustScript("register"),
+		heartbeat:      mustScript("heartbeat"),
+		declareDead:    mustScript("declare_dead"),
+		stop:           mustScript("stop"),
+		setConsumers:   mustScript("set_consumers"),
+		fetch:          queueScript("fetch"),
+		settle:         queueScript("settle"),
+		returnUnacked:  queueScript("return_unacked"),
+		returnRejected: queueScript("return_rejected"),
+		purge:          queueScript("purge"),
+		publish:        queueScript("publish"),
+		put:            queueScript("put"),
+		release:        queueScript("release"),
+		touch:          queueScript("touch"),
+		rejectWith:     queueScript("reject_with"),
+		maintain:       queueScript("maintain"),
+		counts:         queueScript("counts"),
+		drain:          queueScript("drain"),
+		upsert:         queueScript("upsert"),
+		keyedCancel:    queueScript("keyed_cancel"),
+		keyedRunNow:    queueScript("keyed_run_now"),
+		keyedLookup:    queueScript("keyed_lookup"),
+		roundOpen:      roundScript("round_open"),
+		roundAdd:       roundScript("round_add"),
+		roundNext:      roundScript("round_next"),
+		roundRemove:    roundScript("round_remove"),
+		roundReissue:   roundScript("round_reissue"),
+		roundGet:       roundScript("round_get"),
+		roundLen:       roundScript("round_len"),
+		roundStats:     roundScript("round_stats"),
+		roundSweep:     roundScript("round_sweep"),
+		migrateRmq:     queueScript("migrate_rmq"),
+		moveApply:      queueScript("move_apply"),
+	}
 }
 
-// roundScript is a round script with the helpers it uses, of lib.lua and
-// of round_lib.lua, in front of it.
-func roundScript(name string) *redis.Script {
-	return redis.NewScript(roundScriptText(name))
-}
-
+// roundScriptText is a round script with the helpers it uses, of lib.lua
+// and of round_lib.lua, in front of it.
 func roundScriptText(name string) string {
 	return withHelpers(readScript("lib")+"\n"+readScript("round_lib"), readScript(name))
 }

@@ -242,7 +242,7 @@ func stateWord(active, stopped bool) string {
 func (c *redisConnection) countsOf(ctx context.Context, cmd *redis.Cmd, k queueKeys) ([]int64, error) {
 	v, err := cmd.Result()
 	if isNoScript(err) {
-		v, err = scripts.counts.Run(ctx, c.client, []string{k.ready}, k.prefix).Result()
+		v, err = scripts.counts.Run(ctx, c.client, k.block0()).Result()
 	}
 	if err != nil {
 		return nil, err
@@ -261,7 +261,7 @@ func (c *redisConnection) CollectStats(queueList []string) (Stats, error) {
 func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []string) (Stats, error) {
 	stats := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
 	for _, name := range queueList {
-		if why := validName(name); why != "" {
+		if why := validQueueName(name); why != "" {
 			return stats, argError("queue name", name, why)
 		}
 	}
@@ -276,7 +276,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	qc := make([]queueCmds, len(queueList))
 	for i, name := range queueList {
 		k := newQueueKeys(c.opts.namespace, name)
-		qc[i] = queueCmds{keys: k, counts: scripts.counts.EvalSha(ctx, pipe, []string{k.ready}, k.prefix), consumers: pipe.HGetAll(ctx, k.consumers)}
+		qc[i] = queueCmds{keys: k, counts: scripts.counts.EvalSha(ctx, pipe, k.block0()), consumers: pipe.HGetAll(ctx, k.consumers)}
 	}
 	members := pipe.SMembers(ctx, c.keys.connections)
 	timerSets := pipe.SMembers(ctx, c.keys.timers)
@@ -335,7 +335,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	timerCounts := make([]*redis.Cmd, len(timerKeys))
 	for i, name := range timerSets.Val() {
 		timerKeys[i] = newQueueKeys(c.opts.namespace, timerTag+name)
-		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, []string{timerKeys[i].ready}, timerKeys[i].prefix)
+		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, timerKeys[i].block0())
 	}
 	roundCmds := queueRoundStats(ctx, pipe, c.opts.namespace, rounds.Val())
 	if len(beats)+len(timerCounts)+len(roundCmds) > 0 {

@@ -51,7 +51,7 @@ func (c TestConnection) OpenQueue(name string, opts ...QueueOption) (Queue, erro
 			return nil, err
 		}
 	}
-	if why := validName(name); why != "" {
+	if why := validQueueName(name); why != "" {
 		return nil, argError("queue name", name, why)
 	}
 	return c.GetQueue(name), nil
@@ -202,6 +202,18 @@ func (q *TestQueue) Put(_ context.Context, payload []byte, opts ...PublishOption
 
 // SetPushQueue does nothing.
 func (q *TestQueue) SetPushQueue(Queue) {}
+
+// SetPushQueueSameSlot checks as the real queue does (ErrorCrossSlot for
+// queues in different cluster slots) and otherwise does nothing.
+func (q *TestQueue) SetPushQueueSameSlot(pushQueue Queue) error {
+	if pushQueue == nil {
+		return nil
+	}
+	if p, ok := pushQueue.(*TestQueue); ok && keySlot(slotTag(q.name)) != keySlot(slotTag(p.name)) {
+		return fmt.Errorf("redq: push from %q to %q: %w", q.name, p.name, ErrorCrossSlot)
+	}
+	return nil
+}
 
 // Upsert keeps the key's pending item in memory, by the mode's rules:
 // Created for a new key, then Updated (ReplaceAll, ReplacePayload) or Kept

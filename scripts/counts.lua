@@ -1,16 +1,19 @@
 -- Count one queue: {ready (all priorities; stale stubs of keyed items do
 -- not count), rejected, delayed, expired, keyed pending, keyed running,
 -- keyed parked}.
--- KEYS[1] ready (routes the call); ARGV[1] queue prefix
-local P = ARGV[1]
-local ready = redis.call('LLEN', P .. ':ready')
-if ready > 0 and redis.call('LINDEX', P .. ':ready', -1) == MARKER then
+-- KEYS: the queue's keys (see scriptKeys in keys.go)
+local P = queue_keys()
+local ready = redis.call('LLEN', P.ready)
+if ready > 0 and redis.call('LINDEX', P.ready, -1) == MARKER then
   ready = ready - 1
 end
-for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
-  ready = ready + redis.call('LLEN', P .. ':ready:' .. p)
+for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
+  local k = ready_key(P, p)
+  if k then
+    ready = ready + redis.call('LLEN', k)
+  end
 end
-local m = redis.call('HMGET', P .. ':meta', 'expired', 'kstale')
+local m = redis.call('HMGET', P.meta, 'expired', 'kstale')
 ready = ready - tonumber(m[2] or '0')
-return {ready, redis.call('LLEN', P .. ':rejected'), redis.call('ZCARD', P .. ':delayed'), tonumber(m[1] or '0'),
-  redis.call('HLEN', P .. ':kpend'), redis.call('HLEN', P .. ':krun'), redis.call('HLEN', P .. ':kpark')}
+return {ready, redis.call('LLEN', P.rejected), redis.call('ZCARD', P.delayed), tonumber(m[1] or '0'),
+  redis.call('HLEN', P.kpend), redis.call('HLEN', P.krun), redis.call('HLEN', P.kpark)}

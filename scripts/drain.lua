@@ -1,8 +1,8 @@
 -- Remove up to ARGV[2] ready deliveries, highest priority first, and return
 -- them (wake markers and stale stubs of keyed items are skipped, not
 -- counted; a keyed item's stub gives the item, which leaves its key).
--- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] how many
-local P, n = ARGV[1], tonumber(ARGV[2])
+-- KEYS: the queue's keys (see scriptKeys in keys.go); ARGV[1] how many
+local P, n = queue_keys(), tonumber(ARGV[1])
 local out = {}
 while #out < n do
   local items, more = pop_ready(P, n - #out)

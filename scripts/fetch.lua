@@ -5,7 +5,8 @@
 -- drops deliveries whose time to live ran out (counting them), and starts a
 -- lease for each delivery that has a time to run.
 --
--- hint tells the caller whether to wait: 0 means more may be ready now; n
+-- hint tells the caller whether to wait: 0 means more may be ready now (or
+-- leases ran out that need another call); n
 -- > 0 means the next delivery is due (or lease runs out) in n ms; -1 means
 -- nothing is scheduled; -2 means the connection holds its cap (below).
 --
@@ -30,20 +31,26 @@
 -- takes nothing. Without this, a lost reply would leave deliveries in a
 -- live connection's storage that nobody works on.
 --
--- Returns {e1, ..., en, fence, hint}.
+-- Returns {e1, ..., en, fence, hint, need}: need names, separated by
+-- spaces, the connections whose leases ran out but whose storage the call
+-- did not declare (see expire_leases in lib.lua): the caller declares them
+-- in a later call.
 --
 -- With a cap ARGV[6] (a consumer's prefetch limit; 0: none), the
 -- connection holds at most that many takes of the queue, as in rmq: it
 -- takes at most the cap minus what it holds, and when it holds the cap it
 -- takes nothing and answers the hint -2.
 --
--- KEYS[1] ready (routes the call)
--- ARGV[1] queue prefix, ARGV[2] connection, ARGV[3] how many, ARGV[4]
--- token, ARGV[5] field, ARGV[6] cap
-local P, conn, n, token, field = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local cap = tonumber(ARGV[6])
-local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
-if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
+-- KEYS: the queue's keys with the storage of the connection and of others
+-- whose leases may have run out (see scriptKeys in keys.go)
+-- ARGV[1] connection, ARGV[2] how many, ARGV[3] token, ARGV[4] field,
+-- ARGV[5] cap
+local P = queue_keys()
+local conn, n, token, field = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local cap = tonumber(ARGV[5])
+local own = conn_keys(P, conn)
+local uk, rk = own.uk, own.rk
+if redis.call('HEXISTS', P.consumers, conn) == 0 then
   return redis.error_reply('LOST connection is not registered for this queue')
 end
 local now = now_ms()
@@ -51,7 +58,7 @@ local last = redis.call('HGET', rk, field)
 local lt = last and tonumber(string.match(last, '^(%d+)|'))
 if lt and lt > tonumber(token) then
   -- a late send of a call that is over: take nothing
-  return {0, 0}
+  return {0, 0, ''}
 end
 if lt == tonumber(token) then
   -- The record is token|fence| and per take its id and 'k' (keyed) or '-'.
@@ -72,13 +79,14 @@ if lt == tonumber(token) then
   end
   out[#out + 1] = tonumber(fence)
   out[#out + 1] = 0
+  out[#out + 1] = ''
   return out
 end
 expire_leases(P, now, 100)
 if cap > 0 then
   local room = cap - redis.call('HLEN', uk)
   if room <= 0 then
-    return {0, -2}
+    return {0, -2, table.concat(P.need, ' ')}
   end
   n = math.min(n, room)
 end
@@ -87,7 +95,7 @@ local items, more = pop_ready(P, n)
 -- Kept deliveries are compacted to the front of items (dropped ones are
 -- rare), which then is the reply.
 local kv, ids, seen = {}, {}, {}
-local lk = P .. ':leases'
+local lk = P.leases
 local fence = nil
 local k = 0
 for i = 1, #items do
@@ -110,7 +118,7 @@ for i = 1, #items do
         e = nil
       elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
         -- pushed by another program without an envelope: wrap it
-        e = '\1' .. string.format('~%015d', redis.call('INCR', P .. ':seq')) .. e
+        e = '\1' .. string.format('~%015d', redis.call('INCR', P.seq)) .. e
       end
     end
   end
@@ -126,16 +134,16 @@ for i = 1, #items do
       if seen[id] then
         -- the same envelope twice in one take (a list copied by hand): the
         -- repeat gets an id of its own so both keep a slot in the hash
-        id = string.format('~%015d', redis.call('INCR', P .. ':seq'))
+        id = string.format('~%015d', redis.call('INCR', P.seq))
         e = string.sub(e, 1, 1) .. id .. string.sub(e, IDLEN + 2)
       end
       seen[id] = true
-      fence = fence or tostring(redis.call('INCR', P .. ':fence'))
+      fence = fence or tostring(redis.call('INCR', P.fence))
       local f = id .. fence
       if key then
         -- a keyed take: its field ends with 'k', and its key runs
         f = f .. 'k'
-        redis.call('HSET', P .. ':krun', key, f .. ':' .. conn)
+        redis.call('HSET', P.krun, key, f .. ':' .. conn)
         ids[#ids + 1] = id .. 'k'
       else
         ids[#ids + 1] = id .. '-'
@@ -158,9 +166,12 @@ if #kv > 0 then
   redis.call('HSET', rk, field, token .. '|' .. fence .. '|' .. table.concat(ids))
 end
 local hint = 0
-if not more then
+if not more and #P.need == 0 then
+  -- (with leases to end that this call could not, the caller comes back
+  -- at once, declaring their connections)
   hint = next_event(P, now)
 end
 items[k + 1] = tonumber(fence or 0)
 items[k + 2] = hint
+items[k + 3] = table.concat(P.need, ' ')
 return items

@@ -4,15 +4,16 @@
 -- taken (its envelope is given when nothing is pending); envelope is ''
 -- when the key has neither.
 --
--- KEYS[1] ready (routes the call)
--- ARGV[1] queue prefix, ARGV[2] key
-local P, key = ARGV[1], ARGV[2]
-local running = redis.call('HGET', P .. ':krun', key)
+-- KEYS: the queue's keys, with the storage of the connection the caller
+-- believes runs the key (see scriptKeys in keys.go)
+-- ARGV[1] key
+local P, key = queue_keys(), ARGV[1]
+local running = redis.call('HGET', P.krun, key)
 local r
 if running then
-  r = redis.call('HGET', P .. ':kpark', key)
+  r = redis.call('HGET', P.kpark, key)
 else
-  r = redis.call('HGET', P .. ':kpend', key)
+  r = redis.call('HGET', P.kpend, key)
 end
 if r then
   local s, e = keyed().parse_rec(r)
@@ -21,6 +22,11 @@ end
 if running then
   -- field:connection; a connection name has no ':'
   local field, conn = string.match(running, '^(.*):([^:]*)$')
-  return {0, 1, redis.call('HGET', P .. ':unacked:' .. conn, field) or '', 0}
+  local c = P.conns[conn]
+  if not c then
+    -- the caller comes back with that connection's storage declared
+    return {-1, conn}
+  end
+  return {0, 1, redis.call('HGET', c.uk, field) or '', 0}
 end
 return {0, 0, '', 0}

@@ -3,22 +3,24 @@
 -- delivery is settled. Returns 1 when the key has a pending item, 0 when
 -- not. Once per token, as upsert.lua.
 --
--- KEYS[1] ready (routes the call), KEYS[2] the call's record
--- ARGV[1] queue prefix, ARGV[2] token, ARGV[3] key
-local P, token, key = ARGV[1], ARGV[2], ARGV[3]
-local out = recalled(KEYS[2], token)
+-- KEYS: the queue's keys, with the call's record as its own key (see
+-- scriptKeys in keys.go)
+-- ARGV[1] token, ARGV[2] key
+local P, rec = queue_keys()
+local token, key = ARGV[1], ARGV[2]
+local out = recalled(rec, token)
 if out then
   return out
 end
 local now = now_ms()
-local kp, pk = P .. ':kpend', P .. ':kpark'
+local kp, pk = P.kpend, P.kpark
 local r = redis.call('HGET', kp, key)
 out = 0
 if r then
   local s, e = keyed().parse_rec(r)
   local m, stop = meta(e)
   local st = keyed().stub(m[2], s[1], key)
-  if redis.call('ZREM', P .. ':delayed', st) == 1 then
+  if redis.call('ZREM', P.delayed, st) == 1 then
     m[8] = now
     if m[4] > 0 then
       m[5] = now + m[4]
@@ -37,5 +39,5 @@ else
     out = 1
   end
 end
-remember(KEYS[2], token, out)
+remember(rec, token, out)
 return out

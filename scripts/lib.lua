@@ -1,9 +1,13 @@
 -- Shared helpers: scripts.go puts in front of each queue script the
 -- definitions below that it uses (see withHelpers).
 --
--- A queue's keys all start with its prefix P = ns:{name} (one hash tag, so
--- one cluster slot). Scripts get P as an argument and derive the keys that
--- depend on data (priority levels, other connections' storage) from it.
+-- A queue's keys all carry its hash tag (one cluster slot). A script
+-- touches only the keys it is given in KEYS, in the layout of scriptKeys in
+-- keys.go, and builds no key name itself: queue_keys reads them into the
+-- table P (the queue) that the helpers take. A connection's storage is
+-- there only for the connections the caller declared: a helper that meets
+-- another one (a lease of another connection ran out) leaves what it holds
+-- alone and names it in P.need, so that the caller comes back with its keys.
 --
 -- The wake marker is an element that is not a delivery. A script that puts
 -- a delivery somewhere an idle consumer does not watch (a priority list, or
@@ -59,16 +63,60 @@ local function with_meta(e, m, stop)
   return f .. string.sub(e, 2, IDLEN + 1) .. table.concat(m, ',') .. ';' .. string.sub(e, stop)
 end
 
--- The list holding ready deliveries of priority p.
-local function ready_key(P, p)
-  if p == 0 then
-    return P .. ':ready'
+-- The number of keys of a queue's block (queueBlockLen in keys.go): 15
+-- keys and the ready lists of priorities 1..9.
+local QLEN = 24
+local MAXP = 9
+
+-- The queue whose block starts at KEYS[b].
+local function queue_at(b)
+  return {ready = KEYS[b], levels = KEYS[b + 1], delayed = KEYS[b + 2], leases = KEYS[b + 3],
+    rejected = KEYS[b + 4], meta = KEYS[b + 5], consumers = KEYS[b + 6], fence = KEYS[b + 7],
+    seq = KEYS[b + 8], kpend = KEYS[b + 9], krun = KEYS[b + 10], kpark = KEYS[b + 11],
+    kver = KEYS[b + 12], outbox = KEYS[b + 13], moved = KEYS[b + 14], lv = b + 14, conns = {}, need = {}}
+end
+
+-- The keys of a queue script: the queue P with the storage of the
+-- connections declared (P.conns, by name: {uk, rk, lost, done}), the
+-- script's own key, and with dest the queue whose block ends KEYS.
+local function queue_keys(dest)
+  local P = queue_at(1)
+  local last = #KEYS
+  local D = nil
+  if dest then
+    last = last - QLEN
+    D = queue_at(last + 1)
   end
-  return P .. ':ready:' .. p
+  for i = QLEN + 2, last, 4 do
+    P.conns[string.match(KEYS[i], '[^:]*$')] = {uk = KEYS[i], rk = KEYS[i + 1], lost = KEYS[i + 2], done = KEYS[i + 3]}
+  end
+  return P, KEYS[QLEN + 1], D
+end
+
+-- The storage of connection conn, which the caller must have declared.
+local function conn_keys(P, conn)
+  local c = P.conns[conn]
+  if not c then
+    error('redq: the storage of connection ' .. conn .. ' was not declared')
+  end
+  return c
+end
+
+-- The list holding ready deliveries of priority p (a number or its
+-- digits), nil for a priority out of range.
+local function ready_key(P, p)
+  p = tonumber(p)
+  if p == 0 then
+    return P.ready
+  end
+  if p and p >= 1 and p <= MAXP and p == math.floor(p) then
+    return KEYS[P.lv + p]
+  end
+  return nil
 end
 
 local function wake(P)
-  local ready = P .. ':ready'
+  local ready = P.ready
   if redis.call('LLEN', ready) == 0 then
     redis.call('LPUSH', ready, MARKER)
   end
@@ -99,7 +147,7 @@ local function push_ready(P, p, items, front)
     end
   end
   if p > 0 then
-    redis.call('ZADD', P .. ':levels', p, p)
+    redis.call('ZADD', P.levels, p, p)
     wake(P)
   end
 end
@@ -123,17 +171,17 @@ end
 -- Count a delivery whose time to live ran out; keep it in rejected when the
 -- queue is configured so.
 local function expire(P, e)
-  local mk = P .. ':meta'
+  local mk = P.meta
   redis.call('HINCRBY', mk, 'expired', 1)
   if redis.call('HGET', mk, 'keep_expired') == '1' then
-    redis.call('LPUSH', P .. ':rejected', e)
+    redis.call('LPUSH', P.rejected, e)
   end
 end
 
 -- Schedule e to become ready at due; wake the consumers when it is now the
 -- earliest, so that they wait for it rather than for what they knew.
 local function schedule(P, e, due)
-  local dk = P .. ':delayed'
+  local dk = P.delayed
   local first = redis.call('ZRANGE', dk, 0, 0, 'WITHSCORES')
   redis.call('ZADD', dk, due, e)
   if #first == 0 or tonumber(first[2]) > due then
@@ -200,7 +248,7 @@ local function keyed()
 
   -- Whether stale stubs are left in the ready lists (see kstale above).
   function K.stale_left(P)
-    return tonumber(redis.call('HGET', P .. ':meta', 'kstale') or '0') > 0
+    return tonumber(redis.call('HGET', P.meta, 'kstale') or '0') > 0
   end
 
   -- The envelope of the item a popped stub x stands for, and its key, after
@@ -211,7 +259,7 @@ local function keyed()
   function K.take_stub(P, x)
     local ver, pos = string.match(x, '^\5%d(%d+):()')
     local key = string.sub(x, pos)
-    local kp = P .. ':kpend'
+    local kp = P.kpend
     local r = redis.call('HGET', kp, key)
     if r then
       local s, e = K.parse_rec(r)
@@ -223,7 +271,7 @@ local function keyed()
     if not K.stale_left(P) then
       return x
     end
-    redis.call('HINCRBY', P .. ':meta', 'kstale', -1)
+    redis.call('HINCRBY', P.meta, 'kstale', -1)
     return nil
   end
 
@@ -237,8 +285,8 @@ local function keyed()
     if m[4] > 0 then
       m[5] = math.max(m[8], now) + m[4]
     end
-    s[1] = redis.call('INCR', P .. ':kver')
-    redis.call('HSET', P .. ':kpend', key, K.make_rec(s, with_meta(e, m, stop)))
+    s[1] = redis.call('INCR', P.kver)
+    redis.call('HSET', P.kpend, key, K.make_rec(s, with_meta(e, m, stop)))
     local st = K.stub(m[2], s[1], key)
     if m[8] > now then
       schedule(P, st, m[8])
@@ -269,12 +317,12 @@ local function keyed()
   -- OnExisting mode ('A' ReplaceAll, 'P' ReplacePayload, 'K' KeepExisting),
   -- due time due and MaxWait maxwait (ms, 0: none). Returns the outcome.
   function K.key_upsert(P, key, e, mode, due, maxwait, now)
-    local kp, pk = P .. ':kpend', P .. ':kpark'
+    local kp, pk = P.kpend, P.kpark
     local r = redis.call('HGET', kp, key)
     local running = false
     if not r then
       r = redis.call('HGET', pk, key)
-      running = r or redis.call('HEXISTS', P .. ':krun', key) == 1
+      running = r or redis.call('HEXISTS', P.krun, key) == 1
     end
     if not r then
       -- a new item: pending, or parked behind the running delivery
@@ -313,7 +361,7 @@ local function keyed()
       return K.QUEUED
     end
     local nm = meta(ne)
-    local dk = P .. ':delayed'
+    local dk = P.delayed
     local ost = K.stub(om[2], s[1], key)
     local delayed = redis.call('ZSCORE', dk, ost)
     if nm[2] == om[2] and (delayed or due <= now) then
@@ -334,7 +382,7 @@ local function keyed()
     if delayed then
       redis.call('ZREM', dk, ost)
     else
-      redis.call('HINCRBY', P .. ':meta', 'kstale', 1)
+      redis.call('HINCRBY', P.meta, 'kstale', 1)
     end
     K.place(P, key, s, ne, now, false)
     return K.UPDATED
@@ -351,8 +399,8 @@ local function keyed()
   -- pushed on): a parked successor becomes the pending item, due at its own
   -- due time or now, whichever is later.
   function K.key_settled(P, key, now)
-    redis.call('HDEL', P .. ':krun', key)
-    local pk = P .. ':kpark'
+    redis.call('HDEL', P.krun, key)
+    local pk = P.kpark
     local r = redis.call('HGET', pk, key)
     if r then
       redis.call('HDEL', pk, key)
@@ -370,12 +418,12 @@ local function keyed()
   -- what exists: KeepExisting), the returned delivery's id and attempts, and
   -- the later of the two due times.
   function K.key_returned(P, key, e, now, due, front)
-    redis.call('HDEL', P .. ':krun', key)
+    redis.call('HDEL', P.krun, key)
     if front then
       -- handed back without a verdict: still due since when it was
       due = math.min(due, meta(e)[8])
     end
-    local pk = P .. ':kpark'
+    local pk = P.kpark
     local r = redis.call('HGET', pk, key)
     local s = {0, now, 0, 0, 'A'}
     if r then
@@ -420,7 +468,7 @@ end
 -- Move due deliveries (at most max) from delayed to ready, at the back of
 -- their priority's line; their time to live starts at their due time.
 local function promote(P, now, max)
-  local dk = P .. ':delayed'
+  local dk = P.delayed
   local due = redis.call('ZRANGEBYSCORE', dk, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
   if #due == 0 then
     return 0
@@ -474,7 +522,7 @@ local LOST_KEEP = 86400000
 -- Returns 2 (lease lost) when there is a note for the take, else 0 (not
 -- there). Notes stay until they age out, so every stale verb learns it.
 local function lost(P, conn, field)
-  if redis.call('ZSCORE', P .. ':lost:' .. conn, field) then
+  if redis.call('ZSCORE', conn_keys(P, conn).lost, field) then
     return 2
   end
   return 0
@@ -482,8 +530,8 @@ end
 
 -- The envelope of the take named by field if conn holds it, and the code
 -- to answer: 1 held, 0 not there, 2 not there because its lease ran out.
-local function held(P, uk, conn, field)
-  local e = redis.call('HGET', uk, field)
+local function held(P, conn, field)
+  local e = redis.call('HGET', conn_keys(P, conn).uk, field)
   if not e then
     return nil, lost(P, conn, field)
   end
@@ -508,20 +556,20 @@ local REPLY_KEEP = 3600000
 -- expire). A second call with another token finds no receipt and answers
 -- not there. Receipts are dropped after REPLY_KEEP.
 local function remove_held(P, conn, field, token)
-  local rk = P .. ':done:' .. conn
+  local c = conn_keys(P, conn)
+  local rk = c.done
   if redis.call('ZSCORE', rk, field .. '|' .. token) then
     return nil, {1, 1}
   end
-  if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
+  if redis.call('HEXISTS', P.consumers, conn) == 0 then
     return nil, {0, 0}
   end
-  local uk = P .. ':unacked:' .. conn
-  local e, code = held(P, uk, conn, field)
+  local e, code = held(P, conn, field)
   if not e then
     return nil, {1, code}
   end
-  redis.call('HDEL', uk, field)
-  redis.call('ZREM', P .. ':leases', lease_member(field, conn))
+  redis.call('HDEL', c.uk, field)
+  redis.call('ZREM', P.leases, lease_member(field, conn))
   local now = now_ms()
   redis.call('ZADD', rk, now, field .. '|' .. token)
   redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - REPLY_KEEP)
@@ -552,29 +600,42 @@ end
 
 -- Return deliveries whose lease ran out (at most max) to the front of
 -- ready, with their attempt counted, in a few calls per connection.
+-- Leases of connections whose storage was not declared stay as they are,
+-- and those connections are named in P.need. Returns how many leases it
+-- ended.
 local function expire_leases(P, now, max)
-  local lk = P .. ':leases'
+  local lk = P.leases
   local gone = redis.call('ZRANGEBYSCORE', lk, '-inf', now, 'LIMIT', 0, max)
   if #gone == 0 then
     return 0
   end
-  redis.call('ZREMRANGEBYRANK', lk, 0, #gone - 1)
-  local byConn, conns = {}, {}
+  local byConn, conns, ended = {}, {}, {}
   for _, member in ipairs(gone) do
     -- field:connection; the field's id may hold any byte, its fence digits
     local colon = string.find(member, ':', IDLEN + 1, true)
     local conn = string.sub(member, colon + 1)
-    if not byConn[conn] then
-      byConn[conn] = {}
-      conns[#conns + 1] = conn
+    if P.conns[conn] then
+      if not byConn[conn] then
+        byConn[conn] = {}
+        conns[#conns + 1] = conn
+      end
+      local fields = byConn[conn]
+      fields[#fields + 1] = string.sub(member, 1, colon - 1)
+      ended[#ended + 1] = member
+    elseif not P.need[conn] then
+      P.need[conn] = true
+      P.need[#P.need + 1] = conn
     end
-    local fields = byConn[conn]
-    fields[#fields + 1] = string.sub(member, 1, colon - 1)
+  end
+  if #ended == #gone then
+    redis.call('ZREMRANGEBYRANK', lk, 0, #gone - 1)
+  elseif #ended > 0 then
+    redis.call('ZREM', lk, unpack(ended))
   end
   local groups = {}
   for _, conn in ipairs(conns) do
     local fields = byConn[conn]
-    local uk = P .. ':unacked:' .. conn
+    local uk = P.conns[conn].uk
     local es = redis.call('HMGET', uk, unpack(fields))
     local found, notes = {}, {}
     for i, e in ipairs(es) do
@@ -592,7 +653,7 @@ local function expire_leases(P, now, max)
       end
     end
     if #found > 0 then
-      local nk = P .. ':lost:' .. conn
+      local nk = P.conns[conn].lost
       redis.call('HDEL', uk, unpack(found))
       redis.call('ZADD', nk, unpack(notes))
       redis.call('ZREMRANGEBYSCORE', nk, '-inf', now - LOST_KEEP)
@@ -600,7 +661,7 @@ local function expire_leases(P, now, max)
     end
   end
   push_groups(P, groups, true)
-  return #gone
+  return #ended
 end
 
 -- Restart the time to live of e, which goes back to ready without having
@@ -623,9 +684,9 @@ end
 -- too. Deliveries behind one that has not expired wait for a consumer.
 local function drop_expired(P, now, max)
   local dropped = 0
-  local lists = {P .. ':ready'}
-  for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
-    lists[#lists + 1] = P .. ':ready:' .. p
+  local lists = {P.ready}
+  for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
+    lists[#lists + 1] = ready_key(P, p) or P.ready
   end
   for _, key in ipairs(lists) do
     while dropped < max do
@@ -641,7 +702,7 @@ local function drop_expired(P, now, max)
         -- a keyed item's stub: dropped when stale, with its item when that
         -- expired; a look-alike another program pushed never expires
         local ver, k = string.match(e, '^\5%d(%d+):(.*)$')
-        local r = redis.call('HGET', P .. ':kpend', k)
+        local r = redis.call('HGET', P.kpend, k)
         local live = false
         if r then
           local s, ke = keyed().parse_rec(r)
@@ -680,7 +741,7 @@ end
 -- ms (at least 1), or -1 when nothing is scheduled.
 local function next_event(P, now)
   local best = -1
-  for _, k in ipairs({P .. ':delayed', P .. ':leases'}) do
+  for _, k in ipairs({P.delayed, P.leases}) do
     local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if #first > 0 then
       local d = math.max(1, tonumber(first[2]) - now)
@@ -695,11 +756,11 @@ end
 -- Pop up to n elements from the ready lists, highest priority first. Returns
 -- them and whether n were popped (there may be more).
 local function pop_ready(P, n)
-  local lv = P .. ':levels'
+  local lv = P.levels
   local levels = redis.call('ZREVRANGE', lv, 0, -1)
   if #levels == 0 then
     -- no priorities in use: the list's own reply (no copy)
-    local got = redis.call('RPOP', P .. ':ready', n)
+    local got = redis.call('RPOP', P.ready, n)
     if not got then
       return {}, false
     end
@@ -708,7 +769,8 @@ local function pop_ready(P, n)
   local out = {}
   for _, p in ipairs(levels) do
     local want = n - #out
-    local got = redis.call('RPOP', P .. ':ready:' .. p, want)
+    local key = ready_key(P, p)
+    local got = key and redis.call('RPOP', key, want)
     if got then
       for _, e in ipairs(got) do
         out[#out + 1] = e
@@ -721,7 +783,7 @@ local function pop_ready(P, n)
       return out, true
     end
   end
-  local got = redis.call('RPOP', P .. ':ready', n - #out)
+  local got = redis.call('RPOP', P.ready, n - #out)
   if got then
     for _, e in ipairs(got) do
       out[#out + 1] = e

@@ -1,26 +1,29 @@
--- Delete a queue's ready deliveries (every priority) when ARGV[2] has 'r',
+-- Delete a queue's ready deliveries (every priority) when ARGV[1] has 'r',
 -- its rejected ones when it has 'j', and its delayed ones and counters when
 -- it has 'd' (settings such as keep_expired stay). Keyed items go with
 -- their stubs; 'd' deletes every pending keyed item. Returns {ready,
 -- rejected, delayed} as counted before.
--- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] what
-local P, what = ARGV[1], ARGV[2]
+-- KEYS: the queue's keys (see scriptKeys in keys.go); ARGV[1] what
+local P, what = queue_keys(), ARGV[1]
 local out = {0, 0, 0}
 if string.find(what, 'r', 1, true) then
-  local ready = P .. ':ready'
+  local ready = P.ready
   out[1] = redis.call('LLEN', ready)
   if out[1] > 0 and redis.call('LINDEX', ready, -1) == MARKER then
     out[1] = out[1] - 1
   end
   redis.call('DEL', ready)
-  for _, p in ipairs(redis.call('ZRANGE', P .. ':levels', 0, -1)) do
-    out[1] = out[1] + redis.call('LLEN', P .. ':ready:' .. p)
-    redis.call('DEL', P .. ':ready:' .. p)
+  for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
+    local k = ready_key(P, p)
+    if k then
+      out[1] = out[1] + redis.call('LLEN', k)
+      redis.call('DEL', k)
+    end
   end
-  redis.call('DEL', P .. ':levels')
+  redis.call('DEL', P.levels)
   -- keyed items whose stubs waited in the lists go with them (a scan of
   -- the pending records: an operation for operators, not a hot path)
-  local mk, kp = P .. ':meta', P .. ':kpend'
+  local mk, kp = P.meta, P.kpend
   out[1] = out[1] - tonumber(redis.call('HGET', mk, 'kstale') or '0')
   redis.call('HDEL', mk, 'kstale')
   if not string.find(what, 'd', 1, true) then
@@ -31,7 +34,7 @@ if string.find(what, 'r', 1, true) then
       local kv = res[2]
       for i = 1, #kv, 2 do
         local s, e = keyed().parse_rec(kv[i + 1])
-        if not redis.call('ZSCORE', P .. ':delayed', keyed().stub(meta(e)[2], s[1], kv[i])) then
+        if not redis.call('ZSCORE', P.delayed, keyed().stub(meta(e)[2], s[1], kv[i])) then
           redis.call('HDEL', kp, kv[i])
         end
       end
@@ -39,16 +42,16 @@ if string.find(what, 'r', 1, true) then
   end
 end
 if string.find(what, 'j', 1, true) then
-  out[2] = redis.call('LLEN', P .. ':rejected')
-  redis.call('DEL', P .. ':rejected')
+  out[2] = redis.call('LLEN', P.rejected)
+  redis.call('DEL', P.rejected)
 end
 if string.find(what, 'd', 1, true) then
-  out[3] = redis.call('ZCARD', P .. ':delayed')
+  out[3] = redis.call('ZCARD', P.delayed)
   -- not seq: ids made from it must stay unique while unacked ones live
-  redis.call('DEL', P .. ':delayed')
-  redis.call('HDEL', P .. ':meta', 'expired')
+  redis.call('DEL', P.delayed)
+  redis.call('HDEL', P.meta, 'expired')
   -- every pending keyed item, parked ones too; running ones stay with
   -- their connections and can still be settled
-  redis.call('DEL', P .. ':kpend', P .. ':kpark')
+  redis.call('DEL', P.kpend, P.kpark)
 end
 return out

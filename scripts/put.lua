@@ -6,15 +6,16 @@
 --
 -- Once per token, as publish.lua: see there.
 --
--- KEYS[1] ready (routes the call), KEYS[2] the publish record of the
--- field the call holds
--- ARGV[1] queue prefix, ARGV[2] priority, ARGV[3] ttl ms, ARGV[4] delay ms,
--- ARGV[5] due time (Redis ms, 0: none), ARGV[6] token, ARGV[7..] envelopes
-local P, prio, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local delay, at = tonumber(ARGV[4]), tonumber(ARGV[5])
-local last = redis.call('SET', KEYS[2], ARGV[6], 'GET', 'PX', REPLY_KEEP)
-if last and tonumber(last) >= tonumber(ARGV[6]) then
-  redis.call('SET', KEYS[2], last, 'PX', REPLY_KEEP)
+-- KEYS: the queue's keys, with the publish record of the field the call
+-- holds as its own key (see scriptKeys in keys.go)
+-- ARGV[1] priority, ARGV[2] ttl ms, ARGV[3] delay ms,
+-- ARGV[4] due time (Redis ms, 0: none), ARGV[5] token, ARGV[7..] envelopes
+local P, rec = queue_keys()
+local prio, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local delay, at = tonumber(ARGV[3]), tonumber(ARGV[4])
+local last = redis.call('SET', rec, ARGV[5], 'GET', 'PX', REPLY_KEEP)
+if last and tonumber(last) >= tonumber(ARGV[5]) then
+  redis.call('SET', rec, last, 'PX', REPLY_KEEP)
   return 0
 end
 local now = now_ms()
@@ -25,13 +26,13 @@ elseif delay > 0 then
   due = now + delay
 end
 if due > now then
-  for i = 7, #ARGV do
+  for i = 6, #ARGV do
     schedule(P, ARGV[i], due)
   end
-  return #ARGV - 6
+  return #ARGV - 5
 end
 local items = {}
-for i = 7, #ARGV do
+for i = 6, #ARGV do
   local e = ARGV[i]
   if ttl > 0 then
     local m, stop = meta_of(e)

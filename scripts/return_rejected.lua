@@ -1,11 +1,11 @@
--- Move up to ARGV[2] deliveries from rejected to the back of ready (each in
+-- Move up to ARGV[1] deliveries from rejected to the back of ready (each in
 -- its priority's line), oldest rejection first, as if published anew: their
 -- attempts start again from 0 and their time to live from now. A keyed
 -- delivery is upserted by its key (ReplaceAll, due now). Returns how many
 -- moved.
--- KEYS[1] ready (routes the call); ARGV[1] queue prefix, ARGV[2] max
-local P = ARGV[1]
-local items = redis.call('RPOP', P .. ':rejected', ARGV[2])
+-- KEYS: the queue's keys (see scriptKeys in keys.go); ARGV[1] max
+local P = queue_keys()
+local items = redis.call('RPOP', P.rejected, ARGV[1])
 if not items then
   return 0
 end

@@ -1,7 +1,7 @@
--- Return up to ARGV[3] deliveries of a connection's unacked hash to the
+-- Return up to ARGV[2] deliveries of a connection's unacked hash to the
 -- front of ready (they are taken next, each in its priority's line), with
 -- their attempt counted and their lease ended, continuing a scan at
--- ARGV[4]. With ARGV[5] == '1' (a cleaner on a dead connection) the
+-- ARGV[3]. With ARGV[4] == '1' (a cleaner on a dead connection) the
 -- connection is unregistered from the queue once its hash is empty, in the
 -- same step: its lost notes are deleted, and its replies hash and receipts
 -- are left to expire after REPLY_KEEP, so that a call of the dead
@@ -9,11 +9,14 @@
 -- learns what it did (see settle.lua).
 -- Returns {moved, next cursor, remaining}.
 --
--- KEYS[1] ready (routes the call)
--- ARGV[1] queue prefix, ARGV[2] connection name, ARGV[3] max, ARGV[4]
--- cursor, ARGV[5] unregister
-local P, conn, max, cursor = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local uk = P .. ':unacked:' .. conn
+-- KEYS: the queue's keys with the connection's storage (see scriptKeys in
+-- keys.go)
+-- ARGV[1] connection name, ARGV[2] max, ARGV[3]
+-- cursor, ARGV[4] unregister
+local P = queue_keys()
+local conn, max, cursor = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local c = conn_keys(P, conn)
+local uk = c.uk
 local fields, values = {}, {}
 -- The cursor moves on even when a step returned more than fits: going back
 -- would rescan the emptied buckets on every call. What a step left behind
@@ -31,7 +34,7 @@ repeat
 until cursor == '0' or #fields >= max
 if #fields > 0 then
   local now = now_ms()
-  local leases = redis.call('EXISTS', P .. ':leases') == 1
+  local leases = redis.call('EXISTS', P.leases) == 1
   local groups = {}
   for i, e in ipairs(values) do
     local p
@@ -42,7 +45,7 @@ if #fields > 0 then
       add_level(groups, p, e)
     end
     if leases then
-      redis.call('ZREM', P .. ':leases', lease_member(fields[i], conn))
+      redis.call('ZREM', P.leases, lease_member(fields[i], conn))
     end
   end
   for i = 1, #fields, 1000 do
@@ -51,10 +54,10 @@ if #fields > 0 then
   push_groups(P, groups, true)
 end
 local remaining = redis.call('HLEN', uk)
-if remaining == 0 and ARGV[5] == '1' then
-  redis.call('HDEL', P .. ':consumers', conn)
-  redis.call('DEL', P .. ':lost:' .. conn)
-  redis.call('PEXPIRE', P .. ':replies:' .. conn, REPLY_KEEP)
-  redis.call('PEXPIRE', P .. ':done:' .. conn, REPLY_KEEP)
+if remaining == 0 and ARGV[4] == '1' then
+  redis.call('HDEL', P.consumers, conn)
+  redis.call('DEL', c.lost)
+  redis.call('PEXPIRE', c.rk, REPLY_KEEP)
+  redis.call('PEXPIRE', c.done, REPLY_KEEP)
 end
 return {#fields, cursor, remaining}

@@ -9,7 +9,7 @@
 -- when it was not there, 2 when it was not there because its lease ran out
 -- and it went back to ready.
 --
--- A call is idempotent per token: field ARGV[4] of the replies hash keeps
+-- A call is idempotent per token: field ARGV[3] of the replies hash keeps
 -- the token and results of the last call made under that field, and a call
 -- repeated with the same token (its reply was lost, and go-redis or redq
 -- sent it again) returns those results; a send with an older token belongs
@@ -18,14 +18,25 @@
 -- the replies hash to expire (see return_unacked.lua) so that the repeat
 -- still learns what the first call did.
 --
--- KEYS[1] the queue's ready list (routes the call), KEYS[2] destination
--- list of 'L' moves
--- ARGV[1] queue prefix, ARGV[2] connection name, ARGV[3] 'A' ack, 'L' push
--- to the tail of the destination, 'R' hand back to the front of ready;
--- ARGV[4] field, ARGV[5] token, ARGV[6..] takes (fields of the unacked
--- hash: see lease_member in lib.lua)
-local P, conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local uk, rk = P .. ':unacked:' .. conn, P .. ':replies:' .. conn
+-- KEYS: the queue's keys with the storage of the connection, and for 'P'
+-- the destination queue's block (see scriptKeys in keys.go)
+-- ARGV[1] connection name, ARGV[2] 'A' ack, 'L' reject (to the tail of
+-- rejected), 'P' push on (to the tail of the destination queue's ready
+-- list), 'S' followed by a queue name: stage for that queue in another
+-- cluster slot (into the outbox, see move_apply.lua), 'R' hand back to the
+-- front of ready; ARGV[3]
+-- field, ARGV[4] token, ARGV[5..] takes (fields of the unacked hash: see
+-- lease_member in lib.lua)
+local conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, _, D = queue_keys(mode == 'P')
+local stage = nil
+if string.byte(mode, 1) == 83 then
+  -- 'S' and the destination's name
+  stage = string.sub(mode, 2)
+  mode = 'S'
+end
+local own = conn_keys(P, conn)
+local uk, rk = own.uk, own.rk
 local last = redis.call('HGET', rk, field)
 if last then
   local t, lt = tonumber(token), tonumber(string.match(last, '^(%d+)|'))
@@ -38,26 +49,26 @@ if last then
   elseif lt > t then
     -- a late send of a call that is over (see remembered in retry.go)
     local out = {1}
-    for i = 6, #ARGV do
+    for i = 5, #ARGV do
       out[#out + 1] = 0
     end
     return out
   end
 end
-if redis.call('HEXISTS', P .. ':consumers', conn) == 0 then
+if redis.call('HEXISTS', P.consumers, conn) == 0 then
   -- A cleaner emptied this connection's storage and unregistered it: there
   -- is nothing to settle, and nothing to remember.
   local out = {0}
-  for i = 6, #ARGV do
+  for i = 5, #ARGV do
     out[#out + 1] = 0
   end
   return out
 end
-local lk = P .. ':leases'
+local lk = P.leases
 local leases = redis.call('EXISTS', lk) == 1
 local out, flags, groups = {1}, {}, {}
 local now = nil
-for i = 6, #ARGV do
+for i = 5, #ARGV do
   local f, done = ARGV[i], 0
   local kt = is_keyed_take(f)
   if mode == 'A' and not kt then
@@ -67,7 +78,7 @@ for i = 6, #ARGV do
     end
   else
     local e
-    e, done = held(P, uk, conn, f)
+    e, done = held(P, conn, f)
     if e then
       redis.call('HDEL', uk, f)
       now = now or now_ms()
@@ -76,13 +87,13 @@ for i = 6, #ARGV do
         if mode == 'R' then
           keyed().key_returned(P, key, e, now, now, true)
         else
-          if mode == 'L' then
-            if string.sub(KEYS[2], -6) == ':ready' then
-              -- pushed on: upserted into the other queue by its key
-              keyed().adopt(string.sub(KEYS[2], 1, -7), e, now)
-            else
-              redis.call('LPUSH', KEYS[2], e)
-            end
+          if mode == 'P' then
+            -- pushed on: upserted into the other queue by its key
+            keyed().adopt(D, e, now)
+          elseif mode == 'S' then
+            redis.call('HSET', P.outbox, f, now .. '|' .. stage .. '|' .. e)
+          elseif mode == 'L' then
+            redis.call('LPUSH', P.rejected, e)
           end
           keyed().key_settled(P, key, now)
         end
@@ -95,8 +106,12 @@ for i = 6, #ARGV do
         end
         if mode == 'R' then
           add_level(groups, p, e)
+        elseif mode == 'P' then
+          redis.call('LPUSH', D.ready, e)
+        elseif mode == 'S' then
+          redis.call('HSET', P.outbox, f, now .. '|' .. stage .. '|' .. e)
         else
-          redis.call('LPUSH', KEYS[2], e)
+          redis.call('LPUSH', P.rejected, e)
         end
       end
     end
