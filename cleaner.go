@@ -162,7 +162,7 @@ func (q *redisQueue) clean(ctx context.Context, consumers *redis.StringSliceCmd,
 // label names q in a CleanError: its name, or "timers <name>" for a timer
 // set.
 func (q *redisQueue) label() string {
-	if q.keys != newQueueKeys(q.conn.opts.namespace, q.name) {
+	if q.keys.prefix != newQueueKeys(q.conn.opts.namespace, q.name).prefix {
 		return "timers " + q.name
 	}
 	return q.name
