@@ -568,9 +568,6 @@ func TestRmqRejectFaultyMessages(t *testing.T) {
 // rmq's TestPushQueue.
 func TestRmqPushQueue(t *testing.T) {
 	forEachRmqPort(t, func(t *testing.T, b backend) {
-		if b.name == "cluster" {
-			t.Skip("needs cross-slot moves")
-		}
 		connection := rmqOpen(t, b, "push", namespace())
 		queue1, err := connection.OpenQueue("queue1")
 		mustNil(t, err)
