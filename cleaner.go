@@ -116,14 +116,14 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	for i, q := range queues {
 		n, err := q.clean(ctx, consumers[i], live)
 		total += n
+		if err == nil {
+			// moves a pusher left half done are finished, not counted:
+			// what Clean counts is what it returned to ready
+			_, err = q.finishStaged(ctx)
+		}
 		if err != nil {
 			c.topologyChanged(err)
 			failed.add(ctx, c, q.keys.ready, q.label(), err)
-		}
-		// moves a pusher left half done are finished, not counted: what
-		// Clean counts is what it returned to ready
-		if _, err := q.finishStaged(ctx); err != nil {
-			return total, fmt.Errorf("redq: clean: %w", err)
 		}
 	}
 	for _, f := range c.sweepRounds(ctx) {
