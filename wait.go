@@ -34,7 +34,8 @@ type waiter struct {
 	// the connection is then (re)taken from the key's master by resolve.
 	cluster   *redis.ClusterClient
 	topo      topology
-	dedicated *redis.Conn // nil: use the pool (or, on a cluster, resolve first)
+	dedicated *redis.Conn   // nil: use the pool (or, on a cluster, resolve first)
+	node      *redis.Client // on a cluster: the master that holds dedicated
 	// target is where interrupt sends CLIENT UNBLOCK: the dedicated
 	// connection's id and a client of its node. nil: nothing to interrupt.
 	target atomic.Pointer[waitTarget]
@@ -170,7 +171,7 @@ func (w *waiter) resolve(ctx context.Context) error {
 		w.failed(err)
 		return err
 	}
-	w.dedicated = node.Conn()
+	w.dedicated, w.node = node.Conn(), node
 	return nil
 }
 
@@ -215,11 +216,7 @@ func (w *waiter) identify(ctx context.Context) error {
 	if w.cluster != nil {
 		// CLIENT UNBLOCK must reach the node that holds the connection:
 		// the cluster client would send it to any node.
-		node, err := w.cluster.MasterForKey(ctx, w.key)
-		if err != nil {
-			return err
-		}
-		via = node
+		via = w.node
 	}
 	w.target.Store(&waitTarget{id: id, via: via})
 	return nil
