@@ -615,6 +615,7 @@ func (q *redisQueue) fetchLoop() {
 				q.forget(reg)
 				continue
 			}
+			q.conn.topologyChanged(err)
 			errCount++
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: err, Count: errCount})
 			if !q.pause(errCount) {

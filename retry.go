@@ -70,7 +70,8 @@ func classify(err error) failure {
 		case strings.HasPrefix(msg, "READONLY "), strings.HasPrefix(msg, "LOADING "), strings.HasPrefix(msg, "BUSY "),
 			strings.HasPrefix(msg, "MASTERDOWN "), strings.HasPrefix(msg, "TRYAGAIN "), strings.HasPrefix(msg, "CLUSTERDOWN "),
 			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached",
-			// from a cluster node redq sent to itself (see nodeFor)
+			// redirections go-redis gave up following, or from a cluster
+			// node redq sent to itself (see nodeFor)
 			strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "):
 			return failRefused
 		}
@@ -151,6 +152,7 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		if err == nil {
 			return nil
 		}
+		c.topologyChanged(err)
 		wasAmbiguous := s.ambiguous
 		again := s.failed(err)
 		if ctx.Err() != nil && !wasAmbiguous && s.kind == failUnknown && isContextError(err) {
@@ -294,6 +296,7 @@ func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 	var again []*remembered
 	for i, call := range calls {
 		v, err := cmds[i].Result()
+		c.topologyChanged(err)
 		if err != nil && call.sends.failed(err) && time.Now().Before(call.deadline) {
 			if call.report != nil {
 				call.report(err, try)

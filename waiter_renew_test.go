@@ -19,7 +19,13 @@ func TestWaiterRecoversWhenItsConnectionIsDropped(t *testing.T) {
 	if err := w.wait(ctx, 5*time.Millisecond, false); err != nil {
 		t.Fatal(err)
 	}
-	old := w.id.Load()
+	idOf := func() int64 {
+		if t := w.target.Load(); t != nil {
+			return t.id
+		}
+		return 0
+	}
+	old := idOf()
 	if old == 0 {
 		t.Fatal("the waiter did not learn its connection's CLIENT ID")
 	}
@@ -36,7 +42,7 @@ func TestWaiterRecoversWhenItsConnectionIsDropped(t *testing.T) {
 	if failed > 1 {
 		t.Fatalf("%d of 4 waits after the connection was dropped failed; want at most the first", failed)
 	}
-	if id := w.id.Load(); id == 0 || id == old {
+	if id := idOf(); id == 0 || id == old {
 		t.Fatalf("CLIENT ID after the kill = %d, want a new one (was %d)", id, old)
 	}
 }
