@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -322,6 +323,28 @@ func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) 
 		}
 		return evalBatch(ctx, c, sc)
 	}
+	if _, ok := c.(*redis.ClusterClient); ok && len(calls) > 1 {
+		// A transaction runs in one slot, and the queues of a flush are in
+		// several: on a cluster each call is a transaction of its own,
+		// all sent at once.
+		out := make([]*redis.Cmd, len(calls))
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = pushTx(ctx, c, calls[i:i+1])[0]
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	return pushTx(ctx, c, calls)
+}
+
+// pushTx sends calls as one transaction, each as an LPUSH and the guard
+// (see pushBatch).
+func pushTx(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
 	pipe := c.TxPipeline()
 	pushes := make([]*redis.IntCmd, len(calls))
 	guards := make([]*redis.Cmd, len(calls))
