@@ -2,7 +2,10 @@ package redq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -50,14 +53,27 @@ func (cl *Cleaner) Clean() (int64, error) {
 //
 // The count it returns is of deliveries returned to ready from dead
 // connections and lost leases.
+//
+// On a Redis Cluster the queues live on several nodes. A queue whose node
+// does not answer (it is down, or failing over) is left for the next run
+// and the others are cleaned: CleanContext then returns what it did with a
+// *CleanError that names each queue (and round) it could not clean and
+// why, and matches ErrorUnavailable (or ErrorWritesRefused) when that is
+// the cause. When the node of the namespace's global keys (the
+// connections and queues sets) does not answer, nothing can be cleaned and
+// the error says so.
 func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 	c, ok := cl.conn.(*redisConnection)
 	if !ok {
 		return 0, ErrorNotRedis
 	}
+	global := func(what string, err error) error {
+		c.topologyChanged(err)
+		return &CleanError{Global: fmt.Errorf("%s: %w", what, cleanCause(err))}
+	}
 	names, err := c.client.SMembers(ctx, c.keys.connections).Result()
 	if err != nil {
-		return 0, fmt.Errorf("redq: clean: list connections: %w", err)
+		return 0, global("list connections", err)
 	}
 	for len(names) > 0 {
 		chunk := names[:min(len(names), fetchChunk)]
@@ -70,53 +86,164 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
 			args[i] = n
 		}
 		if err := scripts.declareDead.Run(ctx, c.client, keys, args...).Err(); err != nil {
-			return 0, fmt.Errorf("redq: clean: declare dead connections: %w", err)
+			return 0, global("declare dead connections", err)
 		}
 	}
 	queues, err := c.cleanTargets(ctx)
 	if err != nil {
-		return 0, err
+		return 0, global("list queues", err)
 	}
+	// One pipeline; a cluster client splits it by node, and a node that
+	// does not answer fails only its own queues' commands.
 	pipe := c.client.Pipeline()
 	consumers := make([]*redis.StringSliceCmd, len(queues))
 	for i, q := range queues {
 		consumers[i] = pipe.HKeys(ctx, q.keys.consumers)
 	}
 	if len(queues) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("redq: clean: list consumers: %w", err)
-		}
+		_, _ = pipe.Exec(ctx) // errors are read per queue below
 	}
 	alive, err := c.client.SMembers(ctx, c.keys.connections).Result()
 	if err != nil {
-		return 0, fmt.Errorf("redq: clean: list connections: %w", err)
+		return 0, global("list connections", err)
 	}
 	live := make(map[string]bool, len(alive))
 	for _, n := range alive {
 		live[n] = true
 	}
 	var total int64
+	failed := &CleanError{}
 	for i, q := range queues {
-		for _, conn := range consumers[i].Val() {
-			if live[conn] {
-				continue
-			}
-			n, err := q.returnUnacked(ctx, conn, 0, true)
-			total += n
-			if err != nil {
-				return total, fmt.Errorf("redq: clean: %w", err)
-			}
-		}
-		n, err := q.maintain(ctx)
+		n, err := q.clean(ctx, consumers[i], live)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("redq: clean: %w", err)
+			c.topologyChanged(err)
+			failed.add(ctx, c, q.keys.ready, q.label(), err)
 		}
 	}
-	if err := c.sweepRounds(ctx); err != nil {
-		return total, fmt.Errorf("redq: clean: %w", err)
+	for _, f := range c.sweepRounds(ctx) {
+		c.topologyChanged(f.err)
+		failed.add(ctx, c, f.key, f.label, f.err)
+	}
+	if len(failed.Queues) > 0 {
+		return total, failed
 	}
 	return total, nil
+}
+
+// clean returns the unacked deliveries of q's dead connections (those
+// registered in consumers and not live), then its lost leases, due and
+// expired deliveries (see maintain).
+func (q *redisQueue) clean(ctx context.Context, consumers *redis.StringSliceCmd, live map[string]bool) (int64, error) {
+	conns, err := consumers.Result()
+	if err != nil {
+		return 0, fmt.Errorf("list consumers of %q: %w", q.name, err)
+	}
+	var total int64
+	for _, conn := range conns {
+		if live[conn] {
+			continue
+		}
+		n, err := q.returnUnacked(ctx, conn, 0, true)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	n, err := q.maintain(ctx)
+	return total + n, err
+}
+
+// label names q in a CleanError: its name, or "timers <name>" for a timer
+// set.
+func (q *redisQueue) label() string {
+	if q.keys != newQueueKeys(q.conn.opts.namespace, q.name) {
+		return "timers " + q.name
+	}
+	return q.name
+}
+
+// CleanError is the error of a Clean that could not clean everything: on a
+// Redis Cluster, the queues whose node did not answer. What it names is
+// left for the next Clean; everything else was cleaned, and the count
+// Clean returned is of that. It matches ErrorUnavailable (a node could not
+// be reached or did not answer) or ErrorWritesRefused (a node refused, for
+// example during a failover) when one of its failures has that cause.
+type CleanError struct {
+	// Global is set when the namespace's global keys (the connections and
+	// queues sets, on one node) could not be read or written: then nothing
+	// was cleaned.
+	Global error
+	// Queues maps each queue that could not be cleaned to why: a queue's
+	// name, "timers <name>" for a timer set, "round <name>" for a round.
+	Queues map[string]error
+	// Nodes maps the same names to the address of the cluster node that
+	// serves them, where the client could tell (a cluster client).
+	Nodes map[string]string
+}
+
+func (e *CleanError) add(ctx context.Context, c *redisConnection, key, name string, err error) {
+	if e.Queues == nil {
+		e.Queues, e.Nodes = map[string]error{}, map[string]string{}
+	}
+	e.Queues[name] = cleanCause(err)
+	if cc, ok := c.client.(*redis.ClusterClient); ok {
+		if node, nerr := cc.MasterForKey(ctx, key); nerr == nil {
+			e.Nodes[name] = node.Options().Addr
+		}
+	}
+}
+
+// Error lists what could not be cleaned, by queue (and node).
+func (e *CleanError) Error() string {
+	if e.Global != nil {
+		return "redq: clean: " + e.Global.Error()
+	}
+	names := make([]string, 0, len(e.Queues))
+	for n := range e.Queues {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "redq: clean: %d not cleaned:", len(names))
+	for _, n := range names {
+		if node := e.Nodes[n]; node != "" {
+			fmt.Fprintf(&b, " %q (node %s): %v;", n, node, e.Queues[n])
+		} else {
+			fmt.Fprintf(&b, " %q: %v;", n, e.Queues[n])
+		}
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+// Unwrap returns the failures, so that errors.Is matches their causes.
+func (e *CleanError) Unwrap() []error {
+	if e.Global != nil {
+		return []error{e.Global}
+	}
+	out := make([]error, 0, len(e.Queues))
+	for _, err := range e.Queues {
+		out = append(out, err)
+	}
+	return out
+}
+
+// cleanCause marks err with ErrorUnavailable when Redis could not be
+// reached or did not answer, or with ErrorWritesRefused when it refused
+// the call for now; other errors are returned as they are. (A clean that
+// did not finish is safe to run again: it picks up where it stopped.)
+func cleanCause(err error) error {
+	if errors.Is(err, ErrorUnavailable) || errors.Is(err, ErrorWritesRefused) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	switch classify(err) {
+	case failUnreached, failUnknown:
+		return fmt.Errorf("%w: %w", ErrorUnavailable, err)
+	case failRefused, failOOM:
+		return fmt.Errorf("%w: %w", ErrorWritesRefused, err)
+	}
+	return err
 }
 
 // cleanTargets lists the queues and timer sets of the namespace, as

@@ -113,6 +113,7 @@ type redisConnection struct {
 	keyed     *scriptBatcher // upserts, cancels and run-nows of keyed items
 	handles   atomic.Int64   // numbers queue handles
 	tokens    atomic.Uint64  // numbers calls that Redis remembers (see nextToken)
+	topo      topology       // throttles slot map reloads (see topologyChanged)
 
 	mu       sync.Mutex
 	queues   []*redisQueue // queues that started consuming
@@ -212,6 +213,7 @@ func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 			return
 		}
 		if err != nil {
+			c.topologyChanged(err)
 			errCount++
 			c.report(&HeartbeatError{RedisErr: err, Count: errCount})
 			if errCount >= c.opts.heartbeatErrorLimit {

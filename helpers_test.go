@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "real-Redis tests skipped:", err)
 	}
 	code := m.Run()
+	closeSharedCluster()
 	if srv != nil {
 		srv.Close()
 	}

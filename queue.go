@@ -458,6 +458,7 @@ func (q *redisQueue) fetchLoop() {
 				go q.conn.connectionLost()
 				return
 			}
+			q.conn.topologyChanged(err)
 			errCount++
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: err, Count: errCount})
 			select {

@@ -68,7 +68,8 @@ func classify(err error) failure {
 			return failOOM
 		case strings.HasPrefix(msg, "READONLY "), strings.HasPrefix(msg, "LOADING "), strings.HasPrefix(msg, "BUSY "),
 			strings.HasPrefix(msg, "MASTERDOWN "), strings.HasPrefix(msg, "TRYAGAIN "), strings.HasPrefix(msg, "CLUSTERDOWN "),
-			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached":
+			strings.HasPrefix(msg, "NOREPLICAS "), msg == "ERR max number of clients reached",
+			strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "): // redirections go-redis gave up following
 			return failRefused
 		}
 		return failAnswered
@@ -140,6 +141,7 @@ func (c *redisConnection) resend(ctx context.Context, call func(context.Context)
 		if err == nil {
 			return nil
 		}
+		c.topologyChanged(err)
 		if !s.failed(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return s.err()
 		}
@@ -217,6 +219,7 @@ func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
 	var again []*remembered
 	for i, call := range calls {
 		v, err := cmds[i].Result()
+		c.topologyChanged(err)
 		if err != nil && call.sends.failed(err) && time.Now().Before(call.deadline) {
 			if call.report != nil {
 				call.report(err, try)

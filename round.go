@@ -452,25 +452,35 @@ func roundItem(id string, v []any) (RoundItem, error) {
 }
 
 // sweepRounds removes the expired items of every round of the namespace,
-// roundSweepChunk per script call (the cleaner's last step).
-func (c *redisConnection) sweepRounds(ctx context.Context) error {
+// roundSweepChunk per script call (the cleaner's last step), and reports
+// the rounds it could not sweep.
+func (c *redisConnection) sweepRounds(ctx context.Context) []roundFailure {
 	names, err := c.openRounds(ctx)
 	if err != nil {
-		return err
+		return []roundFailure{{key: c.keys.rounds(), label: "the list of rounds", err: err}}
 	}
+	var failed []roundFailure
 	for _, name := range names {
 		keys := newRoundKeys(c.opts.namespace, name).all()
 		for {
 			n, err := scripts.roundSweep.Run(ctx, c.client, keys, roundSweepChunk).Int64()
 			if err != nil {
-				return fmt.Errorf("expired items of round %q: %w", name, err)
+				failed = append(failed, roundFailure{key: keys[0], label: "round " + name, err: fmt.Errorf("expired items of round %q: %w", name, err)})
+				break
 			}
 			if n < roundSweepChunk {
 				break
 			}
 		}
 	}
-	return nil
+	return failed
+}
+
+// roundFailure is a round that sweepRounds could not sweep: a key of its
+// slot, how a CleanError names it and why.
+type roundFailure struct {
+	key, label string
+	err        error
 }
 
 // roundStatCmd is the stats script of one round queued on a pipeline.

@@ -131,6 +131,7 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, deadline time.Time) (taken, error) {
 	for attempt := 1; ; attempt++ {
 		t, err := q.takeRaw(ctx, n, slot.field, slot.token, 0)
+		q.conn.topologyChanged(err)
 		if err == nil || isLost(err) || ctx.Err() != nil || (attempt > 1 && time.Now().After(deadline)) {
 			return t, err
 		}

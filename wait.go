@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,20 +17,36 @@ import (
 // nothing (the element goes back where it was), so no delivery ever sits
 // outside ready and unacked storage because of the wait.
 //
-// On a single-node client the wait runs on a dedicated connection whose
-// CLIENT ID is known, so StopConsuming can end it at once with CLIENT
-// UNBLOCK instead of waiting up to pollDuration. On a cluster client it
-// uses the pool and stopping waits for the current wait to time out; on a
-// server without CLIENT ID (miniredis) it uses the pool with waits of at
-// most 100ms.
+// The wait runs on a dedicated connection whose CLIENT ID is known, so
+// StopConsuming can end it at once with CLIENT UNBLOCK instead of waiting
+// up to pollDuration. On a single-node client that connection is taken
+// from the client. On a cluster client it is taken from the master that
+// serves the key's slot, and CLIENT UNBLOCK goes to that node; after an
+// error (the slot moved, the node died or was demoted) the connection is
+// dropped, the slot map reloaded, and the next wait finds the master anew.
+// On a server without CLIENT ID (miniredis) it uses the pool with waits of
+// at most 100ms; on other clients (a ring) it uses the pool, and stopping
+// waits for the current wait to time out.
 type waiter struct {
-	client    redis.UniversalClient
-	key       string
-	dedicated *redis.Conn // nil: use the pool
-	id        atomic.Int64
+	client redis.UniversalClient
+	key    string
+	// cluster is set on a cluster client with a dedicated connection:
+	// the connection is then (re)taken from the key's master by resolve.
+	cluster   *redis.ClusterClient
+	topo      topology
+	dedicated *redis.Conn // nil: use the pool (or, on a cluster, resolve first)
+	// target is where interrupt sends CLIENT UNBLOCK: the dedicated
+	// connection's id and a client of its node. nil: nothing to interrupt.
+	target atomic.Pointer[waitTarget]
 	// short is set when the server has no CLIENT ID (miniredis): waits
 	// are then cut to shortWait so that stopping stays quick.
 	short bool
+}
+
+// waitTarget names the connection a wait blocks on.
+type waitTarget struct {
+	id  int64
+	via redis.Cmdable // a client of the node that holds the connection
 }
 
 const shortWait = 100 * time.Millisecond
@@ -43,8 +60,14 @@ type blockingCmdable interface {
 // connection of its own where it can (see waiter), else on the pool.
 func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter {
 	w := &waiter{client: client, key: key}
-	if c, ok := client.(*redis.Client); ok && dedicated {
+	if !dedicated {
+		return w
+	}
+	switch c := client.(type) {
+	case *redis.Client:
 		w.dedicated = c.Conn()
+	case *redis.ClusterClient:
+		w.cluster = c
 	}
 	return w
 }
@@ -57,7 +80,11 @@ func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter
 // due time of a delivery or the end of a lease: on time), the waiter ends
 // it itself with CLIENT UNBLOCK at d, where it can (a dedicated connection).
 func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
+	if err := w.resolve(ctx); err != nil {
+		return err
+	}
 	if err := w.identify(ctx); err != nil {
+		w.failed(err)
 		return err
 	}
 	var c blockingCmdable = w.client
@@ -106,15 +133,69 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 		return nil
 	}
 	if err != nil {
-		w.id.Store(0) // the connection may be dialled anew, with a new id
+		w.failed(err)
+		if migrating(err) {
+			// The slot is being migrated and the key is on its way: the
+			// fetch that follows is redirected; there is nothing to
+			// wait on here, so wait briefly and let the caller fetch.
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(d, shortWait)):
+			}
+			return nil
+		}
 	}
 	return err
+}
+
+// migrating reports whether err is a cluster's answer about a slot being
+// migrated (ASK, TRYAGAIN): nothing is wrong, the key is elsewhere for now.
+func migrating(err error) bool {
+	var redisErr redis.Error
+	if !errors.As(err, &redisErr) {
+		return false
+	}
+	msg := redisErr.Error()
+	return strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN ")
+}
+
+// resolve takes a dedicated connection on the master that serves the key's
+// slot now, on a cluster client that has none.
+func (w *waiter) resolve(ctx context.Context) error {
+	if w.cluster == nil || w.dedicated != nil {
+		return nil
+	}
+	node, err := w.cluster.MasterForKey(ctx, w.key)
+	if err != nil {
+		w.failed(err)
+		return err
+	}
+	w.dedicated = node.Conn()
+	return nil
+}
+
+// failed forgets what a failed wait may have invalidated: the connection's
+// id (it may be dialled anew, with a new id) and, on a cluster, the
+// connection itself, which may be on a node that died or no longer serves
+// the key's slot; that node's slot map is reloaded.
+func (w *waiter) failed(err error) {
+	w.target.Store(nil)
+	if w.cluster == nil {
+		return
+	}
+	if w.dedicated != nil {
+		_ = w.dedicated.Close()
+		w.dedicated = nil
+	}
+	if topologyError(err) {
+		w.topo.reload(w.cluster)
+	}
 }
 
 // identify learns the dedicated connection's CLIENT ID, once per
 // connection, or falls back to the pool when the server has no CLIENT ID.
 func (w *waiter) identify(ctx context.Context) error {
-	if w.dedicated == nil || w.id.Load() != 0 {
+	if w.dedicated == nil || w.target.Load() != nil {
 		return nil
 	}
 	id, err := w.dedicated.ClientID(ctx).Result()
@@ -124,19 +205,30 @@ func (w *waiter) identify(ctx context.Context) error {
 		// The server has no CLIENT ID: wait on the pool, briefly.
 		_ = w.dedicated.Close()
 		w.dedicated = nil
+		w.cluster = nil
 		w.short = true
 		return nil
 	case err != nil:
 		return err
 	}
-	w.id.Store(id)
+	var via redis.Cmdable = w.client
+	if w.cluster != nil {
+		// CLIENT UNBLOCK must reach the node that holds the connection:
+		// the cluster client would send it to any node.
+		node, err := w.cluster.MasterForKey(ctx, w.key)
+		if err != nil {
+			return err
+		}
+		via = node
+	}
+	w.target.Store(&waitTarget{id: id, via: via})
 	return nil
 }
 
 // interrupt ends a wait in progress, where the server allows it.
 func (w *waiter) interrupt(ctx context.Context) {
-	if id := w.id.Load(); id != 0 {
-		_ = w.client.ClientUnblock(ctx, id).Err()
+	if t := w.target.Load(); t != nil {
+		_ = t.via.ClientUnblock(ctx, t.id).Err()
 	}
 }
 
