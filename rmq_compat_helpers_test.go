@@ -23,12 +23,25 @@ import (
 // and stops it at the end of the test.
 func rmqOpen(t *testing.T, b backend, tag string, ns Option) Connection {
 	t.Helper()
-	c, err := OpenConnectionWithRedisClient(tag, b.client, nil, ns)
+	open := OpenConnectionWithRedisClient
+	if b.name == "cluster" {
+		open = OpenClusterConnection // as rmq's queue_cluster_test.go does
+	}
+	c, err := open(tag, b.client, nil, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rmqStopAtEnd(t, c)
 	return c
+}
+
+// forEachRmqPort runs f on miniredis, the real redis-server and the
+// shared Redis Cluster: the tests that rmq v5 runs both on a single node
+// (queue_test.go) and on a cluster (queue_cluster_test.go) use it. See
+// rmq_compat_cluster_test.go.
+func forEachRmqPort(t *testing.T, f func(t *testing.T, b backend)) {
+	forEachBackend(t, f)
+	onCluster(t, f)
 }
 
 // rmqStopAtEnd stops c at the end of the test, bounded so that a consumer
