@@ -343,18 +343,25 @@ func (s *soak) killMaster(ctx context.Context, rng *rand.Rand, global bool) (str
 		target.Addr(), global, strings.Join(tf.queues, ", "), promoted.Addr(), shortDuration(failover), shortDuration(healthy), tf.resumedString("the SIGKILL")), nil
 }
 
-// reshard migrates the slot of the busiest queue to another master, a few
+// reshard migrates the slot of the busiest queue (other than the one the
+// last resharding moved, if there are others) to another master, a few
 // keys at a time so that the queue is consumed while its keys are split
 // between the two (commands get ASK and TRYAGAIN), and waits for its
 // consumers to ack again.
-func (s *soak) reshard(ctx context.Context, rng *rand.Rand) (string, error) {
+func (s *soak) reshard(ctx context.Context, rng *rand.Rand, last int) (int, string, error) {
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	qi := rng.IntN(len(s.names))
+	var candidates []int
+	for i := range s.names {
+		if i != last || len(s.names) == 1 {
+			candidates = append(candidates, i)
+		}
+	}
+	qi := candidates[rng.IntN(len(candidates))]
 	if _, each, err := s.queueCounts(wctx); err == nil {
 		busiest := int64(0)
-		for i, c := range each {
-			if n := c.ready + c.unacked; n > busiest {
+		for _, i := range candidates {
+			if n := each[i].ready + each[i].unacked; n > busiest {
 				qi, busiest = i, n
 			}
 		}
@@ -363,21 +370,21 @@ func (s *soak) reshard(ctx context.Context, rng *rand.Rand) (string, error) {
 	slot := keySlot(queueKey(soakNamespace, name))
 	from, err := s.cluster.MasterFor(wctx, queueKey(soakNamespace, name))
 	if err != nil {
-		return "", fmt.Errorf("resharding: %w", err)
+		return qi, "", fmt.Errorf("resharding: %w", err)
 	}
 	masters, err := s.cluster.Masters(wctx)
 	if err != nil {
-		return "", fmt.Errorf("resharding: %w", err)
+		return qi, "", fmt.Errorf("resharding: %w", err)
 	}
 	masters = slices.DeleteFunc(masters, func(m *redistest.Server) bool { return m == from })
 	if len(masters) == 0 {
-		return s.skipFault("no other master to move a slot to"), nil
+		return qi, s.skipFault("no other master to move a slot to"), nil
 	}
 	to := masters[rng.IntN(len(masters))]
 	t0 := time.Now()
 	m, err := s.cluster.BeginMigration(wctx, slot, to)
 	if err != nil {
-		return "", fmt.Errorf("resharding of slot %d: %w", slot, err)
+		return qi, "", fmt.Errorf("resharding of slot %d: %w", slot, err)
 	}
 	moved := 0
 	failing := time.Time{}
@@ -392,7 +399,7 @@ func (s *soak) reshard(ctx context.Context, rng *rand.Rand) (string, error) {
 				s.out.logf("soak %s: resharding of slot %d (queue %s): %v", s.since(), slot, name, err)
 			}
 			if time.Since(failing) > 10*time.Second {
-				return "", fmt.Errorf("resharding of slot %d (queue %s) from %s to %s is stuck after %d keys: %w", slot, name, from.Addr(), to.Addr(), moved, err)
+				return qi, "", fmt.Errorf("resharding of slot %d (queue %s) from %s to %s is stuck after %d keys: %w", slot, name, from.Addr(), to.Addr(), moved, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 			continue
@@ -405,7 +412,7 @@ func (s *soak) reshard(ctx context.Context, rng *rand.Rand) (string, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err := m.Finish(wctx); err != nil {
-		return "", fmt.Errorf("resharding of slot %d (queue %s): finish: %w", slot, name, err)
+		return qi, "", fmt.Errorf("resharding of slot %d (queue %s): finish: %w", slot, name, err)
 	}
 	took := time.Since(t0)
 	r := s.watchAcks(ctx, []int{qi}, s.cfg.resumeLimit).wait()
@@ -414,7 +421,7 @@ func (s *soak) reshard(ctx context.Context, rng *rand.Rand) (string, error) {
 	s.faults.reshards++
 	s.faults.topology = append(s.faults.topology, tf)
 	s.mu.Unlock()
-	return fmt.Sprintf("resharding: slot %d of queue %s from %s to %s, %d keys moved two at a time, in %v; %s",
+	return qi, fmt.Sprintf("resharding: slot %d of queue %s from %s to %s, %d keys moved two at a time, in %v; %s",
 		slot, name, from.Addr(), to.Addr(), moved, shortDuration(took), tf.resumedString("the slot moved")), nil
 }
 

@@ -256,7 +256,7 @@ func (s *soak) runFaults(ctx context.Context) error {
 	c := s.cfg
 	rng := rand.New(rand.NewPCG(c.seed, 7))
 	plan := faultPlan(c, rng)
-	masterKills := 0
+	masterKills, lastReshard := 0, -1
 	for i, f := range plan {
 		trigger := int64(c.n) * int64(i+1) / int64(len(plan)+1)
 		for s.published.Load() < trigger {
@@ -280,7 +280,7 @@ func (s *soak) runFaults(ctx context.Context) error {
 			what, err = s.killMaster(ctx, rng, masterKills == 0)
 			masterKills++
 		case faultReshard:
-			what, err = s.reshard(ctx, rng)
+			lastReshard, what, err = s.reshard(ctx, rng, lastReshard)
 		}
 		if err != nil {
 			return err

@@ -72,13 +72,26 @@ func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Wri
 // eventLog appends lines to a worker's log, each with one write call, so
 // that a SIGKILL never leaves half a line (see soak_log.go).
 type eventLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu     sync.Mutex
+	f      *os.File
+	closed bool
+}
+
+// close closes the log: the worker is done, and what goroutines of the
+// connection still report (a background error) is dropped.
+func (l *eventLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	_ = l.f.Close()
 }
 
 func (l *eventLog) write(line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
 	if _, err := l.f.WriteString(line); err != nil {
 		// The log is the soak's evidence: without it the run proves nothing.
 		fmt.Fprintf(os.Stderr, "redq soak-worker: write log: %v\n", err)
@@ -115,8 +128,8 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	if err != nil {
 		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
 	}
-	defer f.Close()
 	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{}), lostNow: make(chan struct{})}
+	defer w.log.close()
 
 	var client redis.UniversalClient
 	if c.cluster {
