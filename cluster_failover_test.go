@@ -108,12 +108,17 @@ func (tr *traffic) lastAcked(queue string) time.Time {
 }
 
 // resumed waits until every queue had an ack after since, and returns how
-// long after since the last of them came.
+// long after since the first ack of each came.
 func (tr *traffic) resumed(since time.Time, bound time.Duration) (map[string]time.Duration, error) {
+	return tr.resumedOn(tr.queues, since, bound)
+}
+
+// resumedOn is resumed for some of the queues.
+func (tr *traffic) resumedOn(queues []string, since time.Time, bound time.Duration) (map[string]time.Duration, error) {
 	out := map[string]time.Duration{}
 	deadline := time.Now().Add(bound)
-	for len(out) < len(tr.queues) {
-		for _, q := range tr.queues {
+	for len(out) < len(queues) {
+		for _, q := range queues {
 			if at := tr.lastAcked(q); at.After(since) {
 				if _, ok := out[q]; !ok {
 					out[q] = at.Sub(since)
@@ -155,6 +160,21 @@ func (tr *traffic) finish(bound time.Duration) (published, lost, dups int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// someErrors returns up to n errors of the error channel, for a failure's
+// message.
+func (tr *traffic) someErrors(n int) []error {
+	var out []error
+	for len(out) < n {
+		select {
+		case err := <-tr.errs:
+			out = append(out, err)
+		default:
+			return out
+		}
+	}
+	return out
 }
 
 // lostConnection reports whether the consuming connection was declared
