@@ -69,8 +69,12 @@ func (ds Deliveries) PushContext(ctx context.Context) map[int]error {
 // implementations (test doubles) get the single verb.
 func (ds Deliveries) each(ctx context.Context, verb string, single func(Message, context.Context) error) map[int]error {
 	errs := map[int]error{}
-	byQueue := map[*redisQueue][]int{}
-	var queues []*redisQueue
+	type group struct {
+		q   *redisQueue
+		reg *registration
+	}
+	byQueue := map[group][]int{}
+	var queues []group
 	for i, d := range ds {
 		rd, ok := d.(*redisDelivery)
 		if !ok {
@@ -79,15 +83,16 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 			}
 			continue
 		}
-		if _, seen := byQueue[rd.q]; !seen {
-			queues = append(queues, rd.q)
+		g := group{rd.q, rd.reg}
+		if _, seen := byQueue[g]; !seen {
+			queues = append(queues, g)
 		}
-		byQueue[rd.q] = append(byQueue[rd.q], i)
+		byQueue[g] = append(byQueue[g], i)
 	}
-	for _, q := range queues {
-		idx := byQueue[q]
+	for _, g := range queues {
+		q, idx := g.q, byQueue[g]
 		first := ds[idx[0]].(*redisDelivery)
-		if err := q.conn.settleable(); err != nil {
+		if err := q.conn.settleable(g.reg); err != nil {
 			for _, i := range idx {
 				errs[i] = fmt.Errorf("redq: %s %v: %w", verb, ds[i], err)
 			}
@@ -97,7 +102,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 		for j, i := range idx {
 			ids[j] = ds[i].(*redisDelivery).ref()
 		}
-		res, err := q.settle(ctx, verb, ids, first)
+		res, err := q.settle(ctx, verb, g.reg, ids, first)
 		q.signalRoom()
 		for j, i := range idx {
 			e := err
@@ -107,7 +112,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 			if e != nil {
 				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], e)
 			} else {
-				e = q.conn.outcome(verb, res.codes[j], res.registered)
+				e = q.conn.outcome(verb, g.reg, res.codes[j], res.registered)
 			}
 			if e != nil {
 				errs[i] = e

@@ -505,7 +505,7 @@ func BenchmarkCleaner100k(b *testing.B) {
 		unacked += float64(e.keyMemory(q.unackedKey)) / float64(n)
 		dead.hbCancel()
 		<-dead.hbDone
-		if err := e.client.Del(ctx, dead.keys.heartbeat(dead.name)).Err(); err != nil {
+		if err := e.client.Del(ctx, dead.keys.heartbeat(dead.Name())).Err(); err != nil {
 			b.Fatal(err)
 		}
 		other := e.open("cleaner")

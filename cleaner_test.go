@@ -16,9 +16,16 @@ func pause(t testing.TB, b backend, c *redisConnection) {
 	t.Helper()
 	c.hbCancel()
 	<-c.hbDone
-	if err := b.client.Del(context.Background(), c.keys.heartbeat(c.name)).Err(); err != nil {
+	if err := b.client.Del(context.Background(), c.keys.heartbeat(c.Name())).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// resume ends a pause: the connection's heartbeat loop runs again.
+func resume(c *redisConnection) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.hbCancel, c.hbDone = cancel, make(chan struct{})
+	go c.heartbeatLoop(ctx)
 }
 
 func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
@@ -46,7 +53,8 @@ func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
 		if err := qd.Publish("d1", "d2", "d3"); err != nil {
 			t.Fatal(err)
 		}
-		held := hold(t, qd, 3, 3)
+		held, later := holdMore(t, qd, 3, 3)
+		oldName := dead.Name()
 
 		// Nobody is dead yet: the cleaner touches nothing.
 		if n, err := NewCleaner(admin).Clean(); err != nil || n != 0 {
@@ -60,10 +68,10 @@ func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
 			t.Fatalf("clean = %d, %v; want 3", n, err)
 		}
 		st := mustStats(t, admin, "jobs").QueueStats["jobs"]
-		if _, ok := st.Connections[dead.name]; ok {
+		if _, ok := st.Connections[dead.Name()]; ok {
 			t.Fatalf("dead connection still registered: %+v", st)
 		}
-		if st.Connections[live.name].UnackedCount != 2 || st.ReadyCount != 3 {
+		if st.Connections[live.Name()].UnackedCount != 2 || st.ReadyCount != 3 {
 			t.Fatalf("after clean: %+v", st)
 		}
 		for _, d := range liveHeld {
@@ -72,8 +80,7 @@ func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
 			}
 		}
 		// The zombie learns it: its acks fail and say why (rmq's Ack with
-		// rmq's bare ErrorNotFound, AckContext with the reason), its error
-		// channel says so, and it stops consuming.
+		// rmq's bare ErrorNotFound, AckContext with the reason).
 		for i, d := range held {
 			if i%2 == 0 {
 				if err := d.Ack(); err != ErrorNotFound {
@@ -86,26 +93,48 @@ func TestCleanerReturnsOnlyDeadConnectionsDeliveries(t *testing.T) {
 				t.Fatalf("zombie AckContext: got %v, want ErrorNotFound and ErrorConnectionLost", err)
 			}
 		}
-		eventually(t, "the zombie stops by itself", dead.isStopped)
-		sawLost := false
-		for len(errs) > 0 {
-			if errors.Is(<-errs, ErrorConnectionLost) {
-				sawLost = true
+		// Once its heartbeat runs again, it learns that it was declared dead,
+		// says so on its error channel with both names, and goes on under a
+		// fresh registration: its consumer gets the returned deliveries
+		// again, and settles them.
+		resume(dead)
+		var lost *ConnectionLostError
+		timeout := time.After(15 * time.Second)
+		for lost == nil {
+			select {
+			case err := <-errs:
+				if errors.As(err, &lost) && !errors.Is(err, ErrorConnectionLost) {
+					t.Fatalf("%v does not match ErrorConnectionLost", err)
+				}
+			case <-timeout:
+				t.Fatal("zombie's error channel did not report a *ConnectionLostError")
 			}
 		}
-		if !sawLost {
-			t.Fatal("zombie's error channel did not report ErrorConnectionLost")
+		if lost.OldName != oldName || lost.NewName != dead.Name() || lost.NewName == oldName {
+			t.Fatalf("lost %+v; names: old %s, now %s", lost, oldName, dead.Name())
 		}
-		// The returned deliveries are ready for anybody; a second clean
-		// finds nothing.
-		got, err := openQueue(t, admin, "jobs").Drain(10)
-		if err != nil || len(got) != 3 {
-			t.Fatalf("drain = %v, %v", got, err)
+		if dead.isStopped() {
+			t.Fatal("the zombie stopped")
 		}
+		for i := 0; i < 3; i++ {
+			select {
+			case d := <-later:
+				if err := d.Ack(); err != nil {
+					t.Fatalf("ack under the fresh registration: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the zombie's consumer got %d of the 3 returned deliveries again", i)
+			}
+		}
+		// A second clean finds nothing: the fresh registration is alive.
 		if n, err := NewCleaner(admin).Clean(); err != nil || n != 0 {
 			t.Fatalf("second clean = %d, %v", n, err)
 		}
 		wantCounts(t, admin, "jobs", 0, 0, 0)
+		st = mustStats(t, admin, "jobs").QueueStats["jobs"]
+		if _, ok := st.Connections[dead.Name()]; !ok {
+			t.Fatalf("the fresh registration is not listed for the queue: %+v", st)
+		}
 	})
 }
 
@@ -125,12 +154,12 @@ func TestConcurrentCleanersReturnEachDeliveryOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Take everything into unacked storage without a consumer.
-			if err := scripts.setConsumers.Run(context.Background(), b.client, []string{q.keys.consumers}, dead.name, 0, "1").Err(); err != nil {
+			if err := scripts.setConsumers.Run(context.Background(), b.client, []string{q.keys.consumers}, dead.Name(), 0, "1").Err(); err != nil {
 				t.Fatal(err)
 			}
 			q.buf = make(chan *redisDelivery, perQueue)
 			for len(q.buf) < perQueue {
-				if _, _, err := q.fetch(context.Background(), fetchChunk); err != nil {
+				if _, _, err := q.fetch(context.Background(), q.conn.registration(), fetchChunk); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -180,7 +180,7 @@ func (tr *traffic) someErrors(n int) []error {
 // lostConnection reports whether the consuming connection was declared
 // dead or stopped.
 func (tr *traffic) lostConnection() error {
-	if tr.sub.lost.Load() || tr.sub.isStopped() {
+	if tr.sub.isStopped() {
 		return errors.New("the consuming connection stopped or was declared dead")
 	}
 	for {

@@ -46,6 +46,7 @@ const (
 
 type settleRequest struct {
 	q        *redisQueue
+	reg      *registration // under which the takes were made
 	mode     string
 	dest     string
 	ids      []string
@@ -76,19 +77,20 @@ func newCommitter(c *redisConnection) *committer {
 	return cm
 }
 
-// settle applies mode to the takes ids of q's unacked storage and returns
+// settle applies mode to the takes ids of q's unacked storage under reg
+// (the registration that made them: see registration) and returns
 // Redis's answer. dest is the destination list of a tail move. The calls
 // are resent until the retry deadline for ctx (see retryDeadline). When
 // ctx ends first, the error is ctx's if nothing was sent, or
 // ErrorOutcomeUnknown (wrapping ctx's) if it may still run.
-func (c *committer) settle(ctx context.Context, q *redisQueue, mode, dest string, ids []string, report *redisDelivery) (settleResult, error) {
+func (c *committer) settle(ctx context.Context, q *redisQueue, reg *registration, mode, dest string, ids []string, report *redisDelivery) (settleResult, error) {
 	if len(ids) == 0 {
 		return settleResult{registered: true}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return settleResult{}, err
 	}
-	r := &settleRequest{q: q, mode: mode, dest: dest, ids: ids, deadline: c.conn.retryDeadline(ctx), report: report,
+	r := &settleRequest{q: q, reg: reg, mode: mode, dest: dest, ids: ids, deadline: c.conn.retryDeadline(ctx), report: report,
 		done: make(chan settleResult, 1)}
 	c.group.submit(r)
 	return await(ctx, &r.state, r.done)
@@ -108,12 +110,13 @@ type pendingResult struct {
 	left int // calls not yet done
 }
 
-// flush sends the batch's calls: one script call per queue, mode and
-// destination (and per chunk of fetchChunk ids), each under a field and a
-// token of its own.
+// flush sends the batch's calls: one script call per queue, registration,
+// mode and destination (and per chunk of fetchChunk ids), each under a
+// field and a token of its own.
 func (c *committer) flush(_ int, batch []*settleRequest) {
 	type callKey struct {
 		q          *redisQueue
+		reg        *registration
 		mode, dest string
 	}
 	type call struct {
@@ -132,7 +135,7 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 		pr := &pendingResult{res: settleResult{codes: make([]int64, len(r.ids)), registered: true}}
 		byRequest[r] = pr
 		for from := 0; from < len(r.ids); {
-			k := callKey{r.q, r.mode, r.dest}
+			k := callKey{r.q, r.reg, r.mode, r.dest}
 			cl := open[k]
 			if cl == nil || len(cl.ids) >= fetchChunk {
 				cl = &call{key: k, rc: &remembered{}}
@@ -161,7 +164,7 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 			dest = q.keys.ready // unused by acks; any key of the queue's slot
 		}
 		args := make([]any, 0, 5+len(cl.ids))
-		args = append(args, q.keys.prefix, c.conn.name, cl.key.mode, field, token)
+		args = append(args, q.keys.prefix, cl.key.reg.name, cl.key.mode, field, token)
 		for _, id := range cl.ids {
 			args = append(args, id)
 		}

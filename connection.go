@@ -102,7 +102,7 @@ func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ..
 }
 
 type redisConnection struct {
-	name      string
+	tag       string
 	client    redis.UniversalClient
 	errChan   chan<- error
 	opts      options
@@ -122,7 +122,24 @@ type redisConnection struct {
 
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
-	lost     atomic.Bool
+	// nudge asks the heartbeat loop to beat now: a script said that the
+	// connection is not registered for a queue.
+	nudge chan struct{}
+
+	// reg is the current registration (see registration); only the
+	// heartbeat loop replaces it, under stateMu.
+	reg     atomic.Pointer[registration]
+	stateMu sync.Mutex
+	// paused is set while the heartbeat fails HeartbeatErrorLimit times
+	// in a row and after: the connection fetches nothing and hands out
+	// nothing until a heartbeat succeeds (see heartbeatLoop).
+	paused bool
+	// beatsSent numbers the heartbeats sent; aliveAt is the number of the
+	// last one that found the registration alive (see awaitVerdict).
+	beatsSent, aliveAt uint64
+	// changed is closed and replaced whenever reg, paused or aliveAt
+	// change, waking those who wait on them.
+	changed chan struct{}
 	// closed is set once StopAllConsuming has stopped the consumers and
 	// the heartbeat: from then on a cleaner may return what the connection
 	// holds, so its deliveries are no longer settled through it.
@@ -142,24 +159,25 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 			return nil, err
 		}
 	}
-	u := uuid.New()
 	c := &redisConnection{
-		name:    tag + "-" + hex.EncodeToString(u[:6]),
+		tag:     tag,
 		client:  client,
 		errChan: errChan,
 		opts:    o,
 		keys:    newGlobalKeys(o.namespace),
 		ids:     newIDSource(),
 		hbDone:  make(chan struct{}),
+		nudge:   make(chan struct{}, 1),
+		changed: make(chan struct{}),
 	}
 	c.acks = newCommitter(c)
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")
-	err := scripts.register.Run(ctx, client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
-		c.name, o.heartbeatTTL.Milliseconds()).Err()
-	if err != nil {
-		return nil, fmt.Errorf("redq: register connection %s: %w", c.name, err)
+	name := c.newName()
+	if err := c.register(ctx, name); err != nil {
+		return nil, fmt.Errorf("redq: register connection %s: %w", name, err)
 	}
+	c.reg.Store(&registration{name: name})
 	if errChan != nil {
 		c.checkEviction(ctx)
 	}
@@ -180,8 +198,100 @@ func (c *redisConnection) nextToken() string { return strconv.FormatUint(c.token
 const stoppedKeep = 24 * time.Hour
 
 // Name returns the connection's full name, tag-<random>, as it appears in
-// Redis and in stats.
-func (c *redisConnection) Name() string { return c.name }
+// Redis and in stats: the name of its current registration, which changes
+// when the connection goes on under a fresh one (see ConnectionLostError).
+func (c *redisConnection) Name() string { return c.reg.Load().name }
+
+// registration is one life of the connection in Redis: a name in the
+// connections set with a heartbeat, under which the connection is
+// registered for queues and holds what it takes. Every delivery remembers
+// the registration that took it, and its verbs act under that name only,
+// so nothing taken under one registration is ever settled under another.
+//
+// A registration is dead once Redis no longer knows it: a cleaner
+// declared it dead (its heartbeat lapsed) and may have returned what it
+// held, or Redis lost it (a restart without persistence). The heartbeat
+// loop then makes a fresh registration under a new name and the
+// connection goes on under it (see renew).
+type registration struct {
+	name string
+	dead atomic.Bool
+}
+
+// newName returns a fresh full name for the connection: tag-<random>.
+func (c *redisConnection) newName() string {
+	u := uuid.New()
+	return c.tag + "-" + hex.EncodeToString(u[:6])
+}
+
+// register adds name to the connections set and starts its heartbeat.
+func (c *redisConnection) register(ctx context.Context, name string) error {
+	return scripts.register.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(name)},
+		name, c.opts.heartbeatTTL.Milliseconds()).Err()
+}
+
+// registration returns the current registration.
+func (c *redisConnection) registration() *registration { return c.reg.Load() }
+
+// update changes the connection's state under stateMu and wakes those who
+// wait on it (see changed).
+func (c *redisConnection) update(f func()) {
+	c.stateMu.Lock()
+	f()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.stateMu.Unlock()
+}
+
+// usable reports whether the connection may fetch and hand out deliveries
+// now (not paused, its registration alive) and returns a channel that is
+// closed at the next change.
+func (c *redisConnection) usable() (*registration, bool, <-chan struct{}) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	reg := c.reg.Load()
+	return reg, !c.paused && !reg.dead.Load(), c.changed
+}
+
+// suspect is told that Redis answered a call under reg as if the
+// connection were not registered (for a queue): the heartbeat loop looks
+// at once whether reg is dead.
+func (c *redisConnection) suspect(reg *registration) {
+	if reg != c.registration() || reg.dead.Load() {
+		return
+	}
+	select {
+	case c.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// awaitVerdict is called after Redis refused a take under reg because the
+// connection is not registered for the queue. It has the heartbeat look
+// and waits until either a newer registration replaced reg, or a heartbeat
+// sent after the refusal found reg alive (so a cleaner did not declare it
+// dead, and only the queue's registration is gone: it may be made again).
+// It returns false when done is closed first.
+func (c *redisConnection) awaitVerdict(reg *registration, done <-chan struct{}) bool {
+	c.stateMu.Lock()
+	after := c.beatsSent
+	c.stateMu.Unlock()
+	c.suspect(reg)
+	for {
+		c.stateMu.Lock()
+		verdict := c.reg.Load() != reg || c.aliveAt > after
+		changed := c.changed
+		c.stateMu.Unlock()
+		if verdict {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-changed:
+		}
+	}
+}
 
 func (c *redisConnection) report(err error) {
 	if c.errChan == nil {
@@ -193,21 +303,63 @@ func (c *redisConnection) report(err error) {
 	}
 }
 
+// heartbeatLoop refreshes the heartbeat of the current registration every
+// heartbeat interval (and at once when nudged) until the connection stops.
+//
+// A failed refresh is reported as a HeartbeatError with the count of
+// consecutive failures. At HeartbeatErrorLimit failures the connection
+// pauses: it fetches nothing more and hands out none of the deliveries it
+// buffered, since a cleaner may soon return them; consumers finish what
+// they hold. It goes on trying, and resumes as soon as a heartbeat
+// succeeds. (With WithStopOnHeartbeatErrorLimit it stops all consuming
+// instead, as rmq does.)
+//
+// When Redis answers that it does not know the registration (a cleaner
+// declared it dead, or Redis lost its data), the registration is dead: its
+// buffered deliveries are dropped (they are the cleaner's), and the
+// connection registers under a fresh name and goes on (see renew).
 func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 	defer close(c.hbDone)
 	ticker := time.NewTicker(c.opts.heartbeatInterval)
 	defer ticker.Stop()
 	timeout := max(c.opts.heartbeatInterval, time.Second)
 	errCount := 0
+	next := "" // the name a pending renewal registers
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-c.nudge:
 		}
+		reg := c.registration()
+		var err error
 		bctx, cancel := context.WithTimeout(ctx, timeout)
-		alive, err := scripts.heartbeat.Run(bctx, c.client, []string{c.keys.connections, c.keys.heartbeat(c.name)},
-			c.name, c.opts.heartbeatTTL.Milliseconds()).Int()
+		if reg.dead.Load() {
+			if next == "" {
+				next = c.newName()
+			}
+			err = c.renew(bctx, reg, next)
+			if err == nil {
+				next = ""
+			}
+		} else {
+			var seq uint64
+			c.update(func() { c.beatsSent++; seq = c.beatsSent })
+			var alive int
+			alive, err = scripts.heartbeat.Run(bctx, c.client, []string{c.keys.connections, c.keys.heartbeat(reg.name)},
+				reg.name, c.opts.heartbeatTTL.Milliseconds()).Int()
+			if err == nil && alive == 0 {
+				c.died(reg)
+				next = c.newName()
+				err = c.renew(bctx, reg, next)
+				if err == nil {
+					next = ""
+				}
+			} else if err == nil {
+				c.update(func() { c.aliveAt = max(c.aliveAt, seq); c.paused = false })
+			}
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -217,27 +369,46 @@ func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 			errCount++
 			c.report(&HeartbeatError{RedisErr: err, Count: errCount})
 			if errCount >= c.opts.heartbeatErrorLimit {
-				go c.StopAllConsuming()
-				return
+				if c.opts.stopOnHeartbeatErrorLimit {
+					go c.StopAllConsuming()
+					return
+				}
+				c.update(func() { c.paused = true })
 			}
 			continue
 		}
 		errCount = 0
-		if alive == 0 {
-			go c.connectionLost()
-			return
-		}
 	}
 }
 
-// connectionLost is called when Redis says a cleaner declared this
-// connection dead: report it once and stop consuming.
-func (c *redisConnection) connectionLost() {
-	if c.lost.Swap(true) {
-		return
+// died marks reg dead, which stops the connection's consumers from
+// handing out what it took, and drops the deliveries it buffered: a
+// cleaner returns them (or returned them already) to ready.
+func (c *redisConnection) died(reg *registration) {
+	c.update(func() { reg.dead.Store(true) })
+	c.mu.Lock()
+	queues := append([]*redisQueue(nil), c.queues...)
+	c.mu.Unlock()
+	for _, q := range queues {
+		q.dropDead()
 	}
-	c.report(fmt.Errorf("%w: %s", ErrorConnectionLost, c.name))
-	c.StopAllConsuming()
+}
+
+// renew registers the connection under name in place of the dead
+// registration old, so that it goes on with its queues, consumers and
+// Take callers (each queue registers under the new name before it takes
+// again), and says so on the error channel. Redis answered, so a pause
+// for heartbeat errors ends too.
+func (c *redisConnection) renew(ctx context.Context, old *registration, name string) error {
+	if err := c.register(ctx, name); err != nil {
+		return fmt.Errorf("register connection %s in place of %s: %w", name, old.name, err)
+	}
+	c.update(func() {
+		c.reg.Store(&registration{name: name})
+		c.paused = false
+	})
+	c.report(&ConnectionLostError{OldName: old.name, NewName: name})
+	return nil
 }
 
 // consuming records a queue that started consuming, so that
@@ -254,12 +425,12 @@ func (c *redisConnection) consuming(q *redisQueue) error {
 	return nil
 }
 
-// settleable refuses verbs on deliveries once StopAllConsuming has
-// finished (see closed): they go back to ready through a cleaner. A
-// connection that stopped because a cleaner declared it dead asks Redis
-// anyway, so that its verbs say what became of each delivery.
-func (c *redisConnection) settleable() error {
-	if c.closed.Load() && !c.lost.Load() {
+// settleable refuses verbs on deliveries taken under reg once
+// StopAllConsuming has finished (see closed): they go back to ready
+// through a cleaner. The verbs on deliveries of a dead registration ask
+// Redis anyway, so that they say what became of each delivery.
+func (c *redisConnection) settleable(reg *registration) error {
+	if c.closed.Load() && !reg.dead.Load() {
 		return ErrorConsumingStopped
 	}
 	return nil
@@ -354,8 +525,9 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		// which returns what it still holds and unlists it (as rmq does,
 		// it stays listed, inactive, until then). The marker lets the
 		// stats tell that it stopped cleanly rather than died.
-		err := scripts.stop.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(c.name), c.keys.stopped(c.name)},
-			c.name, stoppedKeep.Milliseconds()).Err()
+		name := c.Name()
+		err := scripts.stop.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(name), c.keys.stopped(name)},
+			name, stoppedKeep.Milliseconds()).Err()
 		if err != nil {
 			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
 		}

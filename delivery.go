@@ -89,6 +89,7 @@ type Message interface {
 
 type redisDelivery struct {
 	q       *redisQueue
+	reg     *registration // of the connection, under which it was taken
 	id      string
 	fence   string // of the fetch call that took it (see fetch.lua)
 	payload string
@@ -106,9 +107,9 @@ type redisDelivery struct {
 	faulty error
 }
 
-func newDelivery(q *redisQueue, s, fence string, sent time.Time) *redisDelivery {
+func newDelivery(q *redisQueue, reg *registration, s, fence string, sent time.Time) *redisDelivery {
 	env, _ := decodeEnvelope(s)
-	d := &redisDelivery{q: q, id: env.id, fence: fence, payload: env.payload, meta: env.meta}
+	d := &redisDelivery{q: q, reg: reg, id: env.id, fence: fence, payload: env.payload, meta: env.meta}
 	if d.ttr > 0 {
 		d.leaseEnd.Store(sent.Add(d.ttr).UnixNano())
 	}
@@ -210,10 +211,10 @@ func (d *redisDelivery) rejectWith(ctx context.Context, env []byte) error {
 // settle runs a settle verb ("ack", "reject" or "push") through the
 // connection's committer.
 func (d *redisDelivery) settle(ctx context.Context, verb string) error {
-	if err := d.q.conn.settleable(); err != nil {
+	if err := d.q.conn.settleable(d.reg); err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	res, err := d.q.settle(ctx, verb, []string{d.ref()}, d)
+	res, err := d.q.settle(ctx, verb, d.reg, []string{d.ref()}, d)
 	d.q.signalRoom() // the connection may hold fewer now (see fetchLoop)
 	if err == nil {
 		err = res.err(0)
@@ -221,21 +222,21 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, res.codes[0], res.registered)
+	return d.q.conn.outcome(verb, d.reg, res.codes[0], res.registered)
 }
 
 // single runs one of the scripts that act on one delivery and reply
 // {registered, code}, under a token of its own (see remove_held in
 // scripts/lib.lua), sending it again as settle does.
 func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.Script, arg any) error {
-	if err := d.q.conn.settleable(); err != nil {
+	if err := d.q.conn.settleable(d.reg); err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
 	token := d.q.conn.nextToken()
 	var code int64
 	var registered bool
 	err := d.q.conn.resend(ctx, func(ctx context.Context) error {
-		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.q.conn.name, d.ref(), token, arg).Result()
+		v, err := script.Run(ctx, d.q.conn.client, []string{d.q.keys.ready}, d.q.keys.prefix, d.reg.name, d.ref(), token, arg).Result()
 		if err != nil {
 			return err
 		}
@@ -252,7 +253,7 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
-	return d.q.conn.outcome(verb, code, registered)
+	return d.q.conn.outcome(verb, d.reg, code, registered)
 }
 
 // Codes the scripts give per delivery.
@@ -262,13 +263,14 @@ const (
 	codeLost    = 2 // not there: its lease ran out and it went back to ready
 )
 
-// outcome turns a script's answer about one take into the verb's error.
-func (c *redisConnection) outcome(verb string, code int64, registered bool) error {
+// outcome turns a script's answer about one take made under reg into the
+// verb's error.
+func (c *redisConnection) outcome(verb string, reg *registration, code int64, registered bool) error {
 	switch {
 	case code == codeDone:
 		return nil
 	case !registered:
-		go c.connectionLost()
+		c.suspect(reg)
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
 	case code == codeLost:
 		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)

@@ -207,7 +207,7 @@ func TestRepeatedFetchReturnsTheSameDeliveries(t *testing.T) {
 			t.Fatal(err)
 		}
 		q.fetchToken--
-		if got, _, err := q.fetch(context.Background(), 2); err != nil || got != 1 || (<-q.buf).Payload() != first[1].Payload() {
+		if got, _, err := q.fetch(context.Background(), q.conn.registration(), 2); err != nil || got != 1 || (<-q.buf).Payload() != first[1].Payload() {
 			t.Fatalf("repeat after an ack: %d, %v", got, err)
 		}
 		// The next token takes new deliveries.

@@ -22,11 +22,17 @@ var (
 	// ErrorConsumingStopped is returned when a queue or connection is used
 	// after StopConsuming or StopAllConsuming.
 	ErrorConsumingStopped = errors.New("redq: consuming was stopped")
-	// ErrorConnectionLost means a cleaner declared this connection dead (its
-	// heartbeat lapsed, for example because the process was paused) and
-	// handed its unacked deliveries back to ready. The connection stops
-	// consuming when it learns this; deliveries it still holds belong to
-	// somebody else now.
+	// ErrorConnectionLost means Redis no longer knows the registration
+	// under which the connection took a delivery: a cleaner declared it
+	// dead (its heartbeat lapsed, for example because the process was
+	// paused or cut off from Redis) and handed its unacked deliveries back
+	// to ready, or Redis lost its data (a restart without persistence).
+	// Deliveries taken under that registration belong to somebody else
+	// now: their verbs fail with an error matching ErrorNotFound and
+	// ErrorConnectionLost, and those still buffered are dropped. The
+	// connection does not stop: it goes on under a fresh registration and
+	// says so on the error channel with a *ConnectionLostError, which
+	// matches ErrorConnectionLost.
 	ErrorConnectionLost = errors.New("redq: connection was declared dead by a cleaner")
 	// ErrorLeaseLost is returned (together with ErrorNotFound) by Ack,
 	// Reject, Push, Release and Touch when the delivery's lease (its TTR)
@@ -97,10 +103,35 @@ func checkPayloadSize(what string, size, limit int) error {
 		argError(what, fmt.Sprintf("%d bytes", size), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", limit)))
 }
 
+// ConnectionLostError is sent to the error channel when the connection
+// learns that Redis no longer knows its registration OldName (see
+// ErrorConnectionLost, which it matches) and has registered again, under
+// the fresh name NewName (tag-<random>, as at open). From then on it
+// fetches, takes and publishes under NewName, with its queues, consumers,
+// handlers and Take callers as before; Name returns NewName. Deliveries
+// taken under OldName are no longer its own.
+type ConnectionLostError struct {
+	OldName string
+	NewName string
+}
+
+func (e *ConnectionLostError) Error() string {
+	return fmt.Sprintf("redq: connection %s was declared dead or forgotten by Redis; it goes on as %s", e.OldName, e.NewName)
+}
+
+// Is makes errors.Is(err, ErrorConnectionLost) true.
+func (e *ConnectionLostError) Is(target error) bool { return target == ErrorConnectionLost }
+
 // HeartbeatError is sent to the error channel when refreshing the
-// connection's heartbeat fails. Count is the number of consecutive failures;
-// when it reaches the heartbeat error limit the connection stops all
-// consuming, so that it does not work on deliveries a cleaner may return.
+// connection's heartbeat fails. Count is the number of consecutive
+// failures. When it reaches the heartbeat error limit (see
+// WithHeartbeatErrorLimit) the connection pauses, so that it does not work
+// on deliveries a cleaner may return: it fetches nothing and hands out none
+// of its buffered deliveries, consumers finish what they hold, and the
+// heartbeat goes on trying. It resumes when a heartbeat succeeds (under a
+// fresh registration if it was declared dead meanwhile: see
+// ConnectionLostError). WithStopOnHeartbeatErrorLimit makes it stop all
+// consuming for good instead, as rmq does.
 type HeartbeatError struct {
 	RedisErr error
 	Count    int

@@ -66,7 +66,7 @@ func (q *redisQueue) handle1(handler Handler, d *redisDelivery) {
 	case q.stopCtx.Err() != nil:
 		// Consuming stopped under the handler: hand the delivery back
 		// without counting an attempt, as if it had never been taken.
-		res, serr := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, []string{d.ref()}, d)
+		res, serr := q.conn.acks.settle(context.Background(), q, d.reg, modeHead, q.keys.ready, []string{d.ref()}, d)
 		if serr == nil {
 			serr = res.err(0)
 		}

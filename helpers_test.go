@@ -197,12 +197,12 @@ func realOrMini(t testing.TB) redis.UniversalClient {
 func take(t testing.TB, q *redisQueue, n int) []Message {
 	t.Helper()
 	ctx := context.Background()
-	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err(); err != nil {
+	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.Name(), 0, "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	q.buf = make(chan *redisDelivery, n)
 	for len(q.buf) < n {
-		got, _, err := q.fetch(ctx, int64(min(n-len(q.buf), fetchChunk)))
+		got, _, err := q.fetch(ctx, q.conn.registration(), int64(min(n-len(q.buf), fetchChunk)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -243,7 +243,7 @@ func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) 
 // upsert.lua). Calls of many goroutines share pipelines.
 func (q *redisQueue) keyedCall(ctx context.Context, verb string, script *redis.Script, key string, args ...any) (int64, error) {
 	v, err := q.conn.keyed.call(ctx, func(field, token string) scriptCall {
-		return scriptCall{script, []string{q.keys.ready, q.keys.published(q.conn.name, field)},
+		return scriptCall{script, []string{q.keys.ready, q.keys.published(q.conn.Name(), field)},
 			append([]any{q.keys.prefix, token, key}, args...)}
 	})
 	if err != nil {

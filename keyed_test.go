@@ -350,7 +350,7 @@ func TestReturnedRunningDeliveryMergesWithItsSuccessor(t *testing.T) {
 			}
 		}, 2},
 		{"connection dead", 0, func(t *testing.T, b backend, q *redisQueue, d Message, _ *schedClock) {
-			if err := b.client.Del(context.Background(), q.conn.keys.heartbeat(q.conn.name)).Err(); err != nil {
+			if err := b.client.Del(context.Background(), q.conn.keys.heartbeat(q.conn.Name())).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if n, err := NewCleaner(q.conn).Clean(); err != nil || n != 1 {
@@ -359,7 +359,7 @@ func TestReturnedRunningDeliveryMergesWithItsSuccessor(t *testing.T) {
 		}, 2},
 		{"handed back by a stop", 0, func(t *testing.T, _ backend, q *redisQueue, d Message, _ *schedClock) {
 			rd := d.(*redisDelivery)
-			res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, []string{rd.ref()}, nil)
+			res, err := q.conn.acks.settle(context.Background(), q, rd.reg, modeHead, q.keys.ready, []string{rd.ref()}, nil)
 			if err != nil || res.codes[0] != codeDone {
 				t.Fatalf("hand back: %+v, %v", res, err)
 			}

@@ -135,7 +135,7 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 			t.Fatalf("first take: attempts %d, want 1", stale.Attempts())
 		}
 		stopped := qh.StopConsuming() // finishes once the consumer returns
-		if n := mustStats(t, other, "jobs").QueueStats["jobs"].Connections[hung.name].UnackedCount; n != 1 {
+		if n := mustStats(t, other, "jobs").QueueStats["jobs"].Connections[hung.Name()].UnackedCount; n != 1 {
 			t.Fatalf("the hung connection holds %d, want the slow one", n)
 		}
 
@@ -152,11 +152,11 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 			t.Fatalf("retake: %q id %s attempts %d; want slow, id %s, attempts 2", d.Payload(), d.ID(), d.Attempts(), stale.ID())
 		}
 		st := mustStats(t, other, "jobs").QueueStats["jobs"]
-		if cs := st.Connections[hung.name]; !cs.Active || hung.isStopped() {
+		if cs := st.Connections[hung.Name()]; !cs.Active || hung.isStopped() {
 			t.Fatalf("hung connection should be alive: %+v stopped=%v", cs, hung.isStopped())
 		}
-		if st.Connections[other.name].UnackedCount != 1 {
-			t.Fatalf("new holder's unacked: %+v", st.Connections[other.name])
+		if st.Connections[other.Name()].UnackedCount != 1 {
+			t.Fatalf("new holder's unacked: %+v", st.Connections[other.Name()])
 		}
 
 		// The hung consumer wakes up: its late Ack says why it failed and
@@ -428,7 +428,7 @@ func TestCleanerReturnsExpiredLeasesOfLiveConnection(t *testing.T) {
 			t.Fatalf("clean = %d, %v; want %d", got, err, n)
 		}
 		s := mustStats(t, admin, "jobs").QueueStats["jobs"]
-		if s.ReadyCount != n || s.UnackedCount() != 0 || !s.Connections[holderConn.name].Active {
+		if s.ReadyCount != n || s.UnackedCount() != 0 || !s.Connections[holderConn.Name()].Active {
 			t.Fatalf("after clean: %+v", s)
 		}
 		if got, err := NewCleaner(admin).Clean(); err != nil || got != 0 {
@@ -554,7 +554,7 @@ func TestRepeatedReleaseDoesNotActOnALaterTake(t *testing.T) {
 		d := take(t, q, 1)[0].(*redisDelivery)
 		release := func() []int64 {
 			t.Helper()
-			v, err := scripts.release.Run(ctx, b.client, []string{q.keys.ready}, q.keys.prefix, c.name, d.ref(), "token-1", 0).Result()
+			v, err := scripts.release.Run(ctx, b.client, []string{q.keys.ready}, q.keys.prefix, c.Name(), d.ref(), "token-1", 0).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -658,11 +658,11 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 		if err := q.Put(ctx, []byte("x"), TTR(5*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
-		if err := scripts.setConsumers.Run(ctx, b.client, []string{q.keys.consumers}, c.name, 0, "1").Err(); err != nil {
+		if err := scripts.setConsumers.Run(ctx, b.client, []string{q.keys.consumers}, c.Name(), 0, "1").Err(); err != nil {
 			t.Fatal(err)
 		}
 		// the fetch loop's call under token 7: it ran, but say its reply was lost
-		if res, err := q.takeRaw(ctx, 1, q.fetchField(), 7, 0); err != nil || len(res.envs) != 1 {
+		if res, err := q.takeRaw(ctx, q.conn.registration(), 1, q.fetchField(), 7, 0); err != nil || len(res.envs) != 1 {
 			t.Fatal(res, err)
 		}
 		if b.mini != nil {
@@ -675,7 +675,7 @@ func TestRepeatedFetchSkipsALaterTakeOfALostLease(t *testing.T) {
 		if err != nil || d2.Attempts() != 2 {
 			t.Fatalf("take after the lease ran out: %v, %v", d2, err)
 		}
-		again, err := q.takeRaw(ctx, 1, q.fetchField(), 7, 0)
+		again, err := q.takeRaw(ctx, q.conn.registration(), 1, q.fetchField(), 7, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -703,15 +703,15 @@ func TestRepeatedFetchReturnsAReleasedDeliveryAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// "second" (attempt 0) then "first" (attempt 1), under token 9
-		res, err := q.takeRaw(ctx, 2, q.fetchField(), 9, 0)
+		res, err := q.takeRaw(ctx, q.conn.registration(), 2, q.fetchField(), 9, 0)
 		if err != nil || len(res.envs) != 2 {
 			t.Fatal(res, err)
 		}
-		again, err := q.takeRaw(ctx, 2, q.fetchField(), 9, 0)
+		again, err := q.takeRaw(ctx, q.conn.registration(), 2, q.fetchField(), 9, 0)
 		if err != nil || len(again.envs) != 2 || again.envs[0] != res.envs[0] || again.envs[1] != res.envs[1] || again.fence != res.fence {
 			t.Fatalf("repeat gave %d deliveries under fence %s (%v), want the same two under %s", len(again.envs), again.fence, err, res.fence)
 		}
-		if got := newDelivery(q, again.envs[1], again.fence, time.Now()); got.Payload() != "first" || got.Attempts() != 2 {
+		if got := newDelivery(q, again.reg, again.envs[1], again.fence, time.Now()); got.Payload() != "first" || got.Attempts() != 2 {
 			t.Fatalf("repeat's second delivery %q attempt %d, want first at 2", got.Payload(), got.Attempts())
 		}
 	})

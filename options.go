@@ -23,6 +23,10 @@ type options struct {
 	heartbeatErrorLimit int
 	maxPayloadSize      int
 	retryTimeout        time.Duration
+
+	// stop all consuming at the heartbeat error limit instead of pausing
+	// (see WithStopOnHeartbeatErrorLimit)
+	stopOnHeartbeatErrorLimit bool
 }
 
 func defaultOptions() options {
@@ -67,14 +71,29 @@ func WithHeartbeat(interval, ttl time.Duration) Option {
 }
 
 // WithHeartbeatErrorLimit sets after how many consecutive failed heartbeats
-// the connection stops all consuming (default 45, which with the default
-// interval is before the default TTL runs out).
+// the connection pauses (default 45, which with the default interval is
+// before the default TTL runs out, so before a cleaner may return what it
+// holds): it fetches nothing and hands out none of its buffered deliveries
+// until a heartbeat succeeds again, and then resumes by itself (see
+// HeartbeatError). With WithStopOnHeartbeatErrorLimit it stops instead.
 func WithHeartbeatErrorLimit(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
 			return argError("heartbeat error limit", n, "must be at least 1")
 		}
 		o.heartbeatErrorLimit = n
+		return nil
+	}
+}
+
+// WithStopOnHeartbeatErrorLimit makes the connection call StopAllConsuming
+// when its heartbeat fails HeartbeatErrorLimit times in a row, and stay
+// stopped, as rmq does, instead of pausing and resuming once Redis answers
+// (the default). A program that restarts its workers itself on a
+// HeartbeatError asks for this.
+func WithStopOnHeartbeatErrorLimit() Option {
+	return func(o *options) error {
+		o.stopOnHeartbeatErrorLimit = true
 		return nil
 	}
 }

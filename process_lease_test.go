@@ -278,7 +278,7 @@ func (r *procLeaseRescuer) stop(t testing.TB) {
 	select {
 	case <-r.conn.StopAllConsuming():
 	case <-time.After(20 * time.Second):
-		t.Errorf("StopAllConsuming of %s did not finish within 20s", r.conn.name)
+		t.Errorf("StopAllConsuming of %s did not finish within 20s", r.conn.Name())
 	}
 }
 
@@ -497,7 +497,7 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 	rescuer.mu.Unlock()
 	st = mustStats(t, admin, queue).QueueStats[queue]
 	if cs, ok := st.Connections[hungConn]; !ok || !cs.Active || cs.UnackedCount != 0 ||
-		st.Connections[rescuer.conn.name].UnackedCount != k || st.ReadyCount != 0 || st.RejectedCount != 0 {
+		st.Connections[rescuer.conn.Name()].UnackedCount != k || st.ReadyCount != 0 || st.RejectedCount != 0 {
 		t.Fatalf("with the rescuer holding the %d deliveries: %s", k, procQueueState(admin, queue))
 	}
 
@@ -545,7 +545,7 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 	// The late acks (and the hung consumer's stop, which hands back its
 	// prefetch buffer) left the rescuer's hold alone.
 	st = mustStats(t, admin, queue).QueueStats[queue]
-	if st.Connections[rescuer.conn.name].UnackedCount != k || st.ReadyCount != 0 || st.RejectedCount != 0 {
+	if st.Connections[rescuer.conn.Name()].UnackedCount != k || st.ReadyCount != 0 || st.RejectedCount != 0 {
 		t.Fatalf("after the hung consumer's late acks, the rescuer should still hold %d: %s", k, procQueueState(admin, queue))
 	}
 	rescuer.ackHeld()

@@ -428,7 +428,7 @@ func (a *procAcker) stop(t testing.TB) {
 	select {
 	case <-a.conn.StopAllConsuming():
 	case <-time.After(20 * time.Second):
-		t.Errorf("StopAllConsuming of %s did not finish within 20s", a.conn.name)
+		t.Errorf("StopAllConsuming of %s did not finish within 20s", a.conn.Name())
 	}
 }
 
@@ -931,14 +931,14 @@ func procRestartScenario(t *testing.T, how string) {
 	}
 	var liveUnacked int64
 	if stalled {
-		liveUnacked = mustStats(t, admin, queue).QueueStats[queue].Connections[conn.name].UnackedCount
+		liveUnacked = mustStats(t, admin, queue).QueueStats[queue].Connections[conn.Name()].UnackedCount
 	}
 	finished := settledCount()
 	stopConn()
 
 	// Whatever the stopped connection still holds in Redis was fetched but
 	// never handed to a consumer (StopAllConsuming returned its buffer).
-	stranded, err := client.HVals(context.Background(), newQueueKeys(ns, queue).unacked(conn.name)).Result()
+	stranded, err := client.HVals(context.Background(), newQueueKeys(ns, queue).unacked(conn.Name())).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1287,11 +1287,11 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				st := mustStats(t, admin, "jobs").QueueStats["jobs"]
-				held, _ := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Result()
+				held, _ := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.Name())).Result()
 				t.Fatalf("LIBRARY BUG: the reply of one fetch was lost (proxy trips: %d); after 5s the consumer acked %d of %d, "+
 					"ready is %d, and the live connection %s holds %d deliveries in Redis that it never handed to a consumer, "+
 					"and nothing returns them while it lives",
-					p.trips(), got, n, st.ReadyCount, worker.name, held)
+					p.trips(), got, n, st.ReadyCount, worker.Name(), held)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -1318,7 +1318,7 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		if err != nil || len(ds) != 1 || ds[0].Payload() != "b" {
 			t.Fatalf("TakeBatch whose reply was lost: %v, %v; want the delivery it took", ds, err)
 		}
-		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Val(); n != 2 {
+		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.Name())).Val(); n != 2 {
 			t.Fatalf("%d held, want 2 (a and b)", n)
 		}
 	})
@@ -1341,7 +1341,7 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		if err != nil {
 			t.Errorf("Release whose reply was lost returned %v; it ran, so it must return nil", err)
 		}
-		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Val(); n != 0 {
+		if n := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.Name())).Val(); n != 0 {
 			t.Fatalf("%d still held after the Release", n)
 		}
 		again, err := q.Take(context.Background(), time.Second)
@@ -1367,7 +1367,7 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		if p.trips() != 1 {
 			t.Fatalf("the proxy lost %d replies, want 1", p.trips())
 		}
-		left, herr := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.name)).Result()
+		left, herr := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.Name())).Result()
 		if herr != nil {
 			t.Fatal(herr)
 		}

@@ -267,7 +267,7 @@ func (p *publisher) direct(ctx context.Context, q *redisQueue, script *redis.Scr
 	field, token := p.fields.take(p.conn)
 	defer p.fields.put(field)
 	args := append(append(head, token), envs...)
-	keys := []string{q.keys.ready, q.keys.published(p.conn.name, field)}
+	keys := []string{q.keys.ready, q.keys.published(p.conn.Name(), field)}
 	return p.conn.resend(ctx, func(ctx context.Context) error {
 		return script.Run(ctx, p.conn.client, keys, args...).Err()
 	}, nil)
@@ -292,7 +292,7 @@ type pushCall struct {
 }
 
 func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
-	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.name, field), token: token, envs: envs}
+	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), token: token, envs: envs}
 }
 
 // pushScriptMax is the most envelopes a plain publish hands to publish.lua

@@ -159,9 +159,9 @@ type redisQueue struct {
 	retry      RetryPolicy
 	conn       *redisConnection
 	keys       queueKeys
-	unackedKey string
+	unackedKey string // see setKeys
 	repliesKey string
-	handle     int64 // numbers this handle's field in repliesKey
+	handle     int64 // numbers this handle's field in the replies hash
 	pushQueue  atomic.Pointer[redisQueue]
 	// fetchToken names the next fetch call; it changes only after a fetch
 	// succeeded, so a call repeated after an error is recognised.
@@ -170,6 +170,11 @@ type redisQueue struct {
 	// (0 before the first); only the fetch loop touches it.
 	itemSize int
 	takes    takeSlots
+
+	// regAs is the registration under which this handle registered the
+	// connection for the queue (see register); nil: not yet.
+	regMu sync.Mutex
+	regAs *registration
 
 	mu            sync.Mutex
 	state         int
@@ -195,9 +200,49 @@ func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 }
 
 // setKeys places the queue's storage under k (a timer set's differs from
-// the queue of the same name: see OpenTimers).
+// the queue of the same name: see OpenTimers). unackedKey and repliesKey
+// are the connection's storage of the queue under the registration the
+// handle was opened with (tests look at them); code that may run after a
+// renewal names the registration instead.
 func (q *redisQueue) setKeys(k queueKeys) {
-	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(q.conn.name), k.replies(q.conn.name)
+	name := q.conn.Name()
+	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(name), k.replies(name)
+}
+
+// register registers the connection for the queue under reg (the fetch
+// script serves only registered connections), unless this handle did
+// already. A connection that goes on under a fresh registration registers
+// again before it takes.
+func (q *redisQueue) register(ctx context.Context, reg *registration) error {
+	q.mu.Lock()
+	n := q.consumers
+	q.mu.Unlock()
+	return q.registerWith(ctx, reg, n)
+}
+
+// registerWith is register with the handle's consumer count n, for a
+// caller that holds q.mu (q.mu is never taken under regMu).
+func (q *redisQueue) registerWith(ctx context.Context, reg *registration, n int64) error {
+	q.regMu.Lock()
+	defer q.regMu.Unlock()
+	if q.regAs == reg {
+		return nil
+	}
+	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, reg.name, n, "1").Err(); err != nil {
+		return err
+	}
+	q.regAs = reg
+	return nil
+}
+
+// forget makes the next take register the connection for the queue again
+// under reg: Redis refused a take although reg is alive.
+func (q *redisQueue) forget(reg *registration) {
+	q.regMu.Lock()
+	if q.regAs == reg {
+		q.regAs = nil
+	}
+	q.regMu.Unlock()
 }
 
 func (q *redisQueue) String() string { return q.name }
@@ -233,8 +278,7 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	// fetch script refuses connections that are not registered, and a
 	// cleaner unregisters a dead connection in the same step that returns
 	// its deliveries.
-	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "1").Err()
-	if err != nil {
+	if err := q.registerWith(ctx, q.conn.registration(), q.consumers); err != nil {
 		return fmt.Errorf("redq: start consuming %q: %w", q.name, err)
 	}
 	// From here StopAllConsuming stops this queue; if it began meanwhile,
@@ -275,8 +319,9 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 		q.returnBuffered()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, 0, "0").Err()
-		_ = q.conn.client.HDel(ctx, q.repliesKey, q.fetchField()).Err()
+		name := q.conn.Name()
+		_ = scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, name, 0, "0").Err()
+		_ = q.conn.client.HDel(ctx, q.keys.replies(name), q.fetchField()).Err()
 		close(q.stopDone)
 	}()
 	return q.stopDone
@@ -320,26 +365,83 @@ func (q *redisQueue) returnBuffered() {
 		}
 		break
 	}
-	if len(pending) == 0 {
+	// Those of a dead registration are the cleaner's; the rest go back per
+	// registration (one, unless the connection went on under a fresh one
+	// while a delivery waited).
+	var regs []*registration
+	byReg := map[*registration][]*redisDelivery{}
+	for _, d := range pending {
+		if d.reg.dead.Load() {
+			continue
+		}
+		if byReg[d.reg] == nil {
+			regs = append(regs, d.reg)
+		}
+		byReg[d.reg] = append(byReg[d.reg], d)
+	}
+	for _, reg := range regs {
+		ds := byReg[reg]
+		ids := make([]string, len(ds))
+		for i, d := range ds {
+			ids[len(ds)-1-i] = d.ref() // RPUSH the newest first: the oldest ends at the head
+		}
+		// The committer sends the call again while Redis is unreachable, up
+		// to the retry timeout: a connection that goes on living would
+		// otherwise keep these in its storage, unworked, until it dies and
+		// a cleaner returns them.
+		res, err := q.conn.acks.settle(context.Background(), q, reg, modeHead, q.keys.ready, ids, nil)
+		if err == nil {
+			err = res.err(0)
+		}
+		if err != nil {
+			// They stay in unacked storage; a cleaner returns them once the
+			// connection is gone.
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
+		}
+	}
+}
+
+// dropDead drops the buffered deliveries of dead registrations (see
+// registration): a cleaner returns them to ready, and the connection must
+// not work on them. Consumers skip any that arrive later.
+func (q *redisQueue) dropDead() {
+	q.mu.Lock()
+	buf := q.buf
+	kept := q.leftovers[:0]
+	for _, d := range q.leftovers {
+		if !d.reg.dead.Load() {
+			kept = append(kept, d)
+		}
+	}
+	q.leftovers = kept
+	q.mu.Unlock()
+	if buf == nil {
 		return
 	}
-	ids := make([]string, len(pending))
-	for i, d := range pending {
-		ids[len(pending)-1-i] = d.ref() // RPUSH the newest first: the oldest ends at the head
+	var live []*redisDelivery
+	for len(buf) > 0 {
+		select {
+		case d := <-buf:
+			if !d.reg.dead.Load() {
+				live = append(live, d)
+			}
+			continue
+		default:
+		}
+		break
 	}
-	// The committer sends the call again while Redis is unreachable, up to
-	// the retry timeout: a connection that goes on living would otherwise
-	// keep these in its storage, unworked, until it dies and a cleaner
-	// returns them.
-	res, err := q.conn.acks.settle(context.Background(), q, modeHead, q.keys.ready, ids, nil)
-	if err == nil {
-		err = res.err(0)
+	for _, d := range live {
+		select {
+		case buf <- d:
+		default:
+			// the fetch loop filled the room meanwhile: hand it back when
+			// consuming stops
+			q.mu.Lock()
+			q.leftovers = append(q.leftovers, d)
+			q.mu.Unlock()
+		}
 	}
-	if err != nil {
-		// They stay in unacked storage; a cleaner returns them once the
-		// connection is gone.
-		q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
-	}
+	q.signalRoom()
 }
 
 func (q *redisQueue) addConsumer(tag string, run func()) (string, error) {
@@ -355,7 +457,7 @@ func (q *redisQueue) addConsumer(tag string, run func()) (string, error) {
 	name := fmt.Sprintf("%s-%d", tag, q.consumers)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, q.consumers, "0").Err()
+	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.Name(), q.consumers, "0").Err()
 	if err != nil {
 		q.consumers--
 		return "", fmt.Errorf("redq: add consumer to %q: %w", q.name, err)
@@ -428,6 +530,20 @@ func (q *redisQueue) fetchLoop() {
 			return
 		default:
 		}
+		// While the connection is paused (heartbeat errors) or its
+		// registration is dead and not yet replaced, fetch nothing.
+		reg := q.awaitUsable()
+		if reg == nil {
+			return
+		}
+		if err := q.register(ctx, reg); err != nil {
+			errCount++
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("register for the queue: %w", err), Count: errCount})
+			if !q.pause(errCount) {
+				return
+			}
+			continue
+		}
 		n := int64(len(q.buf))
 		switch {
 		case capped || n >= q.prefetchLimit:
@@ -445,7 +561,7 @@ func (q *redisQueue) fetchLoop() {
 			}
 		}
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
-		got, hint, err := q.fetch(ctx, want)
+		got, hint, err := q.fetch(ctx, reg, want)
 		if err == nil && hint == hintCapped {
 			capped, errCount = true, 0
 			continue
@@ -455,20 +571,52 @@ func (q *redisQueue) fetchLoop() {
 		}
 		if err != nil {
 			if isLost(err) {
-				go q.conn.connectionLost()
-				return
+				// A cleaner declared the registration dead (the heartbeat
+				// loop replaces it), or the queue's registration alone is
+				// gone (take it again).
+				if !q.conn.awaitVerdict(reg, q.stop) {
+					return
+				}
+				q.forget(reg)
+				continue
 			}
 			q.conn.topologyChanged(err)
 			errCount++
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: err, Count: errCount})
-			select {
-			case <-q.stop:
+			if !q.pause(errCount) {
 				return
-			case <-time.After(backoff(errCount, min(q.pollDuration, time.Second))):
 			}
 			continue
 		}
 		errCount = 0
+	}
+}
+
+// pause waits after the n-th consecutive failure of the fetch loop (see
+// backoff); false once consuming stops.
+func (q *redisQueue) pause(n int) bool {
+	select {
+	case <-q.stop:
+		return false
+	case <-time.After(backoff(n, min(q.pollDuration, time.Second))):
+		return true
+	}
+}
+
+// awaitUsable waits until the connection may fetch and hand out
+// deliveries (see redisConnection.usable) and returns its registration;
+// nil once consuming stops.
+func (q *redisQueue) awaitUsable() *registration {
+	for {
+		reg, ok, changed := q.conn.usable()
+		if ok {
+			return reg
+		}
+		select {
+		case <-q.stop:
+			return nil
+		case <-changed:
+		}
 	}
 }
 
@@ -541,9 +689,9 @@ func waitFor(poll time.Duration, hint int64) time.Duration {
 
 // fetch moves up to n deliveries into the buffer and returns how many and
 // the fetch script's hint (see fetch.lua).
-func (q *redisQueue) fetch(ctx context.Context, n int64) (int, int64, error) {
+func (q *redisQueue) fetch(ctx context.Context, reg *registration, n int64) (int, int64, error) {
 	sent := time.Now()
-	t, err := q.takeRaw(ctx, n, q.fetchField(), q.fetchToken, q.prefetchLimit)
+	t, err := q.takeRaw(ctx, reg, n, q.fetchField(), q.fetchToken, q.prefetchLimit)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -569,7 +717,7 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 	out := make([]*redisDelivery, 0, len(t.envs))
 	var faulty []string
 	for _, s := range t.envs {
-		d := newDelivery(q, s, t.fence, sent)
+		d := newDelivery(q, t.reg, s, t.fence, sent)
 		if d.faulty != nil {
 			faulty = append(faulty, d.ref())
 			continue
@@ -577,7 +725,7 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 		out = append(out, d)
 	}
 	if len(faulty) > 0 {
-		res, err := q.conn.acks.settle(context.Background(), q, modeTail, q.keys.rejected, faulty, nil)
+		res, err := q.conn.acks.settle(context.Background(), q, t.reg, modeTail, q.keys.rejected, faulty, nil)
 		if err == nil {
 			err = res.err(0)
 		}
@@ -588,9 +736,10 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 	return out
 }
 
-// taken is what one fetch call took: the envelopes, the fence of the take
-// (see fetch.lua) and the hint.
+// taken is what one fetch call took: the envelopes, the registration and
+// the fence of the take (see fetch.lua) and the hint.
 type taken struct {
+	reg   *registration
 	envs  []string
 	fence string
 	hint  int64
@@ -599,9 +748,9 @@ type taken struct {
 // takeRaw runs the fetch script under a field of the replies hash and a
 // token (see fetch.lua), holding the connection's takes of the queue to
 // limit (0: no limit).
-func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token uint64, limit int64) (taken, error) {
+func (q *redisQueue) takeRaw(ctx context.Context, reg *registration, n int64, field string, token uint64, limit int64) (taken, error) {
 	v, err := scripts.fetch.Run(ctx, q.conn.client, []string{q.keys.ready},
-		q.keys.prefix, q.conn.name, n, token, field, limit).Slice()
+		q.keys.prefix, reg.name, n, token, field, limit).Slice()
 	if err != nil {
 		return taken{}, err
 	}
@@ -613,7 +762,7 @@ func (q *redisQueue) takeRaw(ctx context.Context, n int64, field string, token u
 	if !ok1 || !ok2 {
 		return taken{}, fmt.Errorf("redq: unexpected fetch fence and hint %v, %v", v[len(v)-2], v[len(v)-1])
 	}
-	t := taken{envs: make([]string, len(v)-2), fence: strconv.FormatInt(fence, 10), hint: hint}
+	t := taken{reg: reg, envs: make([]string, len(v)-2), fence: strconv.FormatInt(fence, 10), hint: hint}
 	for i, x := range v[:len(v)-2] {
 		s, ok := x.(string)
 		if !ok {
@@ -637,10 +786,40 @@ func (q *redisQueue) next() (*redisDelivery, bool) {
 			return nil, false
 		case d := <-q.buf:
 			q.signalRoom()
-			if d.leaseOver() {
-				continue // see skipLeaseOver
+			ok, stopped := q.admit(d)
+			if stopped {
+				return nil, false
+			}
+			if !ok {
+				continue
 			}
 			return d, true
+		}
+	}
+}
+
+// admit decides whether a delivery from the buffer may be handed out. It
+// may not when its lease ran out (see below) or its registration is dead
+// (the cleaner's: see registration). While the connection is paused (see
+// HeartbeatError) it holds the delivery until the pause ends; when
+// consuming stops meanwhile, the delivery is kept for returnBuffered and
+// stopped is true.
+func (q *redisQueue) admit(d *redisDelivery) (ok, stopped bool) {
+	for {
+		if d.reg.dead.Load() || d.leaseOver() {
+			return false, false
+		}
+		_, usable, changed := q.conn.usable()
+		if usable {
+			return true, false
+		}
+		select {
+		case <-q.stop:
+			q.mu.Lock()
+			q.leftovers = append(q.leftovers, d)
+			q.mu.Unlock()
+			return false, true
+		case <-changed:
 		}
 	}
 }
@@ -696,7 +875,24 @@ func (q *redisQueue) consumeBatches(size int64, timeout time.Duration, consumer 
 			}
 		}
 		timer.Stop()
-		consumer.Consume(batch)
+		var admitted Deliveries
+		for i, d := range batch {
+			ok, stopped := q.admit(d.(*redisDelivery))
+			if stopped {
+				q.mu.Lock()
+				for _, d := range batch[i+1:] {
+					q.leftovers = append(q.leftovers, d.(*redisDelivery))
+				}
+				q.mu.Unlock()
+				return
+			}
+			if ok {
+				admitted = append(admitted, d)
+			}
+		}
+		if len(admitted) > 0 {
+			consumer.Consume(admitted)
+		}
 	}
 }
 
@@ -719,7 +915,7 @@ func (q *redisQueue) ReturnUnacked(max int64) (int64, error) {
 }
 
 func (q *redisQueue) ReturnUnackedContext(ctx context.Context, max int64) (int64, error) {
-	return q.returnUnacked(ctx, q.conn.name, max, false)
+	return q.returnUnacked(ctx, q.conn.Name(), max, false)
 }
 
 // returnUnacked moves up to max deliveries of conn's unacked hash back to
@@ -943,13 +1139,13 @@ func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count 
 func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.handle, 10) }
 
 // settle runs a verb ("ack", "reject" or "push") on takes of this queue
-// through the connection's committer; report names the delivery in
-// DeliveryErrors while the call is sent again.
-func (q *redisQueue) settle(ctx context.Context, verb string, ids []string, report *redisDelivery) (settleResult, error) {
+// made under reg through the connection's committer; report names the
+// delivery in DeliveryErrors while the call is sent again.
+func (q *redisQueue) settle(ctx context.Context, verb string, reg *registration, ids []string, report *redisDelivery) (settleResult, error) {
 	if verb == "ack" {
-		return q.conn.acks.settle(ctx, q, modeAck, "", ids, report)
+		return q.conn.acks.settle(ctx, q, reg, modeAck, "", ids, report)
 	}
-	return q.conn.acks.settle(ctx, q, modeTail, q.destination(verb), ids, report)
+	return q.conn.acks.settle(ctx, q, reg, modeTail, q.destination(verb), ids, report)
 }
 
 // destination is the list a verb moves deliveries to.

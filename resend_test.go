@@ -58,7 +58,7 @@ func newFaultRig(t *testing.T, direct redis.UniversalClient, addr string, opts .
 // do: the heartbeat is gone, and a cleaner returns what the worker held.
 func (r *faultRig) declareWorkerDead(t *testing.T) int64 {
 	t.Helper()
-	if err := r.direct.Del(context.Background(), r.worker.keys.heartbeat(r.worker.name)).Err(); err != nil {
+	if err := r.direct.Del(context.Background(), r.worker.keys.heartbeat(r.worker.Name())).Err(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := NewCleaner(r.admin).Clean()
@@ -403,7 +403,7 @@ func TestPublishGuardRunsEachCallOnce(t *testing.T) {
 		}
 		put := func(token string) int64 {
 			t.Helper()
-			keys := []string{q.keys.ready, q.keys.published(c.name, "pY")}
+			keys := []string{q.keys.ready, q.keys.published(c.Name(), "pY")}
 			n, err := scripts.put.Run(ctx, c.client, keys, q.keys.prefix, 0, 0, 60000, 0, token, envs("put", 1)[0]).Int64()
 			if err != nil {
 				t.Fatal(err)

@@ -101,39 +101,6 @@ func TestConsumersPauseAndResumeWhenRedisComesAndGoes(t *testing.T) {
 	})
 }
 
-func TestHeartbeatErrorLimitStopsConsuming(t *testing.T) {
-	forEachOutage(t, func(t *testing.T, o outage) {
-		errs := make(chan error, 1000)
-		c, err := openConn(o.client, "limited", errs, namespace(),
-			WithHeartbeat(10*time.Millisecond, 10*time.Second), WithHeartbeatErrorLimit(3))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := openQueue(t, c, "jobs")
-		if err := q.StartConsuming(1, 20*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		o.down()
-		eventually(t, "the connection stops itself", c.isStopped)
-		select {
-		case <-c.StopAllConsuming():
-		case <-time.After(15 * time.Second):
-			t.Fatal("stop did not finish")
-		}
-		max := 0
-		for len(errs) > 0 {
-			var he *HeartbeatError
-			if errors.As(<-errs, &he) && he.Count > max {
-				max = he.Count
-			}
-		}
-		if max != 3 {
-			t.Fatalf("highest heartbeat error count %d, want 3", max)
-		}
-		o.up()
-	})
-}
-
 // Deliveries fetched but not consumed go back to ready on stop even when
 // Redis is away at that moment: the hand-back is retried, not dropped on a
 // live connection's storage.

@@ -58,7 +58,7 @@ func rmqStopAtEnd(t *testing.T, c Connection) {
 
 // connName is the connection's full name (tag-<random>), as the stats
 // show it.
-func connName(c Connection) string { return c.(*redisConnection).name }
+func connName(c Connection) string { return c.(*redisConnection).Name() }
 
 // connTag is the tag of a full connection name: rmq's and redq's names are
 // the tag, a dash and a random part.
@@ -78,7 +78,7 @@ func stopHeartbeat(c Connection) error {
 	rc := c.(*redisConnection)
 	rc.hbCancel()
 	<-rc.hbDone
-	n, err := rc.client.Del(context.Background(), rc.keys.heartbeat(rc.name)).Result()
+	n, err := rc.client.Del(context.Background(), rc.keys.heartbeat(rc.Name())).Result()
 	if err != nil {
 		return err
 	}

@@ -297,7 +297,7 @@ func (r *redisRound) Reissue(ctx context.Context, id string) (bool, error) {
 // scriptBatcher), so its answer is what it did even when a reply was lost.
 func (r *redisRound) once(ctx context.Context, script *redis.Script, args ...any) (int64, error) {
 	v, err := r.conn.keyed.call(ctx, func(field, token string) scriptCall {
-		return scriptCall{script, append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.name, field)),
+		return scriptCall{script, append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.Name(), field)),
 			append(append([]any(nil), args...), token)}
 	})
 	if err != nil {

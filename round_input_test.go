@@ -215,7 +215,7 @@ func TestRoundKeysAreItsOwn(t *testing.T) {
 		}
 		for _, k := range keys {
 			// the records of the connection's call slots (see roundKeys.record)
-			isRecord := strings.HasPrefix(k, r.keys.prefix+":rec:"+c.name+":")
+			isRecord := strings.HasPrefix(k, r.keys.prefix+":rec:"+c.Name()+":")
 			if !declared[k] && !isRecord {
 				t.Errorf("key %s is not one of the round's declared keys", k)
 			}

@@ -367,7 +367,7 @@ func fillRound(t testing.TB, r *redisRound, from, n int, data string) {
 		hi := min(lo+1000, from+n)
 		pipe := r.conn.client.Pipeline()
 		cmds := make([]*redis.Cmd, 0, hi-lo)
-		keys := append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.name, "fill"))
+		keys := append(append([]string(nil), r.keyArg...), r.keys.record(r.conn.Name(), "fill"))
 		for i := lo; i < hi; i++ {
 			// one call slot, "fill", with tokens that grow (see recalled)
 			token := r.conn.nextToken()

@@ -142,7 +142,7 @@ func newHandlerFixture(t *testing.T, b backend) handlerFixture {
 	}
 	// It dies: no heartbeat, and no marker of a clean stop.
 	<-worker.StopAllConsuming()
-	if err := b.client.Del(context.Background(), worker.keys.stopped(worker.name)).Err(); err != nil {
+	if err := b.client.Del(context.Background(), worker.keys.stopped(worker.Name())).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := jobsP.Publish("k0", "k1", "k2", "k3"); err != nil {
@@ -659,7 +659,7 @@ func TestStoppedConnectionIsListedAsStoppedUntilACleanerRuns(t *testing.T) {
 		if _, listed := s.OtherConnections[idle.Name()]; listed || len(s.StoppedConnections) != 0 {
 			t.Fatalf("after the clean: others %v, stopped %v", s.OtherConnections, s.StoppedConnections)
 		}
-		if n, _ := b.client.Exists(context.Background(), worker.keys.stopped(worker.name), idle.keys.stopped(idle.name)).Result(); n != 0 {
+		if n, _ := b.client.Exists(context.Background(), worker.keys.stopped(worker.Name()), idle.keys.stopped(idle.Name())).Result(); n != 0 {
 			t.Fatalf("%d stopped markers left after the clean", n)
 		}
 		wantCounts(t, admin, "jobs", 1, 0, 0)

@@ -29,17 +29,17 @@ func TestCollectStats(t *testing.T) {
 		if jobs.ReadyCount != 3 || jobs.RejectedCount != 1 || jobs.UnackedCount() != 1 || jobs.ConnectionCount() != 1 {
 			t.Fatalf("jobs: %+v", jobs)
 		}
-		if cs := jobs.Connections[worker.name]; !cs.Active || cs.UnackedCount != 1 {
+		if cs := jobs.Connections[worker.Name()]; !cs.Active || cs.UnackedCount != 1 {
 			t.Fatalf("worker in jobs: %+v", cs)
 		}
-		if active, ok := s.OtherConnections[publisher.name]; !ok || !active {
+		if active, ok := s.OtherConnections[publisher.Name()]; !ok || !active {
 			t.Fatalf("publisher in other connections: %v", s.OtherConnections)
 		}
 		if e := s.QueueStats["empty"]; e.ReadyCount != 0 || e.ConnectionCount() != 0 {
 			t.Fatalf("empty: %+v", e)
 		}
 		text := s.String()
-		for _, want := range []string{"jobs", "empty", worker.name, "active"} {
+		for _, want := range []string{"jobs", "empty", worker.Name(), "active"} {
 			if !strings.Contains(text, want) {
 				t.Fatalf("String() lacks %q:\n%s", want, text)
 			}
@@ -66,7 +66,7 @@ func TestCollectStats(t *testing.T) {
 
 		// A dead connection shows as dead until a cleaner returns its part.
 		pause(t, b, worker)
-		if cs := mustStats(t, publisher, "jobs").QueueStats["jobs"].Connections[worker.name]; cs.Active {
+		if cs := mustStats(t, publisher, "jobs").QueueStats["jobs"].Connections[worker.Name()]; cs.Active {
 			t.Fatalf("paused worker still active: %+v", cs)
 		}
 	})

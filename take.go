@@ -13,10 +13,9 @@ import (
 // fetch.lua) and the number of fields stays bounded by the largest number
 // of concurrent calls.
 type takeSlots struct {
-	mu         sync.Mutex
-	free       []*takeSlot
-	n          int
-	registered bool
+	mu   sync.Mutex
+	free []*takeSlot
+	n    int
 }
 
 type takeSlot struct {
@@ -61,8 +60,8 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 	if timeout < 0 {
 		return nil, argError("timeout", timeout, "must not be negative")
 	}
-	if err := q.takeable(ctx); err != nil {
-		return nil, err
+	if q.takeStopped() {
+		return nil, ErrorConsumingStopped
 	}
 	slot := q.takes.get(q.handle)
 	defer q.takes.put(slot)
@@ -77,16 +76,32 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 		var out Deliveries
 		var hint int64
 		for int64(len(out)) < max {
+			reg, err := q.takeRegistration(ctx, deadline)
+			if err == nil {
+				err = q.register(ctx, reg)
+			}
+			if err != nil {
+				if len(out) > 0 {
+					return out, nil
+				}
+				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+			}
 			sent := time.Now()
 			want := min(max-int64(len(out)), fetchChunk)
-			res, err := q.takeRetrying(ctx, want, slot, deadline)
+			res, err := q.takeRetrying(ctx, reg, want, slot, deadline)
 			if err != nil {
-				if isLost(err) {
-					go q.conn.connectionLost()
-					err = fmt.Errorf("%w: %w", ErrorConnectionLost, err)
-				}
 				if len(out) > 0 {
 					return out, nil // they are this caller's now; the error comes again next call
+				}
+				if isLost(err) {
+					// The registration is dead (the heartbeat loop replaces
+					// it), or the queue's registration alone is gone: wait
+					// for the verdict and take again, until the deadline.
+					if q.awaitVerdict(ctx, reg, deadline) {
+						q.forget(reg)
+						continue
+					}
+					err = fmt.Errorf("%w: %w", ErrorConnectionLost, err)
 				}
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
@@ -128,9 +143,9 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 // the repeat carries the same token, so deliveries the first try took but
 // whose reply was lost come back to this call instead of waiting in this
 // connection's storage for a later call on the same slot.
-func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, deadline time.Time) (taken, error) {
+func (q *redisQueue) takeRetrying(ctx context.Context, reg *registration, n int64, slot *takeSlot, deadline time.Time) (taken, error) {
 	for attempt := 1; ; attempt++ {
-		t, err := q.takeRaw(ctx, n, slot.field, slot.token, 0)
+		t, err := q.takeRaw(ctx, reg, n, slot.field, slot.token, 0)
 		q.conn.topologyChanged(err)
 		if err == nil || isLost(err) || ctx.Err() != nil || (attempt > 1 && time.Now().After(deadline)) {
 			return t, err
@@ -143,26 +158,34 @@ func (q *redisQueue) takeRetrying(ctx context.Context, n int64, slot *takeSlot, 
 	}
 }
 
-// takeable checks that Take may run and registers the connection for the
-// queue (the fetch script serves only registered connections) the first
-// time.
-func (q *redisQueue) takeable(ctx context.Context) error {
-	if q.takeStopped() {
-		return ErrorConsumingStopped
+// takeRegistration returns the connection's registration to take under,
+// waiting while it is dead and not yet replaced (see registration), until
+// the deadline (ErrorTimeout) or ctx ends.
+func (q *redisQueue) takeRegistration(ctx context.Context, deadline time.Time) (*registration, error) {
+	for {
+		reg, _, changed := q.conn.usable()
+		if !reg.dead.Load() {
+			return reg, nil
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, ErrorTimeout
+		case <-changed:
+			t.Stop()
+		}
 	}
-	q.takes.mu.Lock()
-	defer q.takes.mu.Unlock()
-	if q.takes.registered {
-		return nil
-	}
-	q.mu.Lock()
-	n := q.consumers
-	q.mu.Unlock()
-	if err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.name, n, "1").Err(); err != nil {
-		return fmt.Errorf("redq: take from %q: %w", q.name, err)
-	}
-	q.takes.registered = true
-	return nil
+}
+
+// awaitVerdict is redisConnection.awaitVerdict for a Take, bounded by its
+// deadline and ctx.
+func (q *redisQueue) awaitVerdict(ctx context.Context, reg *registration, deadline time.Time) bool {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return q.conn.awaitVerdict(reg, dctx.Done())
 }
 
 func (q *redisQueue) takeStopped() bool {

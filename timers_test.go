@@ -185,7 +185,7 @@ func TestFireOfADeadConnectionFiresAgain(t *testing.T) {
 		if ok, err := tsAlive.Cancel(ctx, "cancelled"); err != nil || !ok {
 			t.Fatalf("cancel of a pending timer: %v, %v", ok, err)
 		}
-		if err := b.client.Del(ctx, dying.keys.heartbeat(dying.name)).Err(); err != nil {
+		if err := b.client.Del(ctx, dying.keys.heartbeat(dying.Name())).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := NewCleaner(alive).Clean(); err != nil || n != 1 {
