@@ -35,8 +35,8 @@ short context), and runs -workers consumer processes (this binary, re-run
 as a hidden soak-worker command) that consume with AddConsumer,
 AddBatchConsumer and TakeBatch and log every delivery they get and ack.
 While it publishes it SIGKILLs consumers, SIGSTOPs them past their heartbeat
-TTL while its cleaner declares them dead (then SIGCONT: they must stop by
-themselves), and restarts Redis after SIGTERM and after SIGKILL. A cleaner
+TTL while its cleaner declares them dead (then SIGCONT: they must find out,
+and go on under a fresh registration or stop by themselves), and restarts Redis after SIGTERM and after SIGKILL. A cleaner
 and CollectStats run throughout. Then it drains the queue, stops the
 workers, cleans once more, and checks:
 
@@ -51,17 +51,18 @@ workers, cleans once more, and checks:
     delivered; those of unknown outcome are reported as landed or absent;
   - nothing is left in Redis but counters, registrations and records with
     a TTL (every remaining key is listed);
-  - every SIGSTOPped worker that was declared dead stopped by itself, and
-    how long after SIGCONT.
+  - every SIGSTOPped worker that was declared dead found out (its
+    connection went on under a fresh registration, or stopped), and how
+    long after SIGCONT.
 
 It prints a progress line every few seconds and ends with a summary (one
 line, here wrapped):
 
   soak: published=19999 acked=19997 acked_at_kill=2 acked_unknown=0 lost=0
   dup_ids=0 double_landed=0 redelivered=24(zombie 24) false_ack_errors=0
-  outcome_unknown=0 nothing_done=1 kills=3 sigstops=2 zombies_stopped=2/2
-  (max 9.03ms) restart_zombies=4 redis_sigterm=2 redis_sigkill=2
-  workers_started=13 rate=950/s elapsed=23s: PASS
+  outcome_unknown=0 nothing_done=1 kills=3 sigstops=2 zombies_found_out=2/2
+  (stopped 0, went on 2, max 9.03ms) restart_zombies=4 redis_sigterm=2
+  redis_sigkill=2 workers_started=13 rate=950/s elapsed=23s: PASS
 
 redelivered counts takes beyond the first of a delivery, by what ended the
 take before: its process was killed (kill), SIGSTOPped and declared dead
@@ -789,9 +790,9 @@ func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover m
 		verdict = "FAIL"
 	}
 	rate := float64(tally.acked+tally.ackedAtKill+tally.ackedUnknown) / workTime.Seconds()
-	zombies := fmt.Sprintf("%d/%d", zs.stopped, zs.sigstopped)
-	if zs.stopped > 0 {
-		zombies += fmt.Sprintf(" (max %v)", shortDuration(zs.maxLatency))
+	zombies := fmt.Sprintf("%d/%d", zs.stopped+zs.wentOn, zs.sigstopped)
+	if zs.stopped+zs.wentOn > 0 {
+		zombies += fmt.Sprintf(" (stopped %d, went on %d, max %v)", zs.stopped, zs.wentOn, shortDuration(zs.maxLatency))
 	}
 	line := fmt.Sprintf("soak: published=%d acked=%d", tally.published, tally.acked)
 	if tally.ackedAtKill+tally.ackedUnknown > 0 {
@@ -802,7 +803,7 @@ func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover m
 		line += "(" + causes + ")"
 	}
 	line += fmt.Sprintf(" false_ack_errors=%d outcome_unknown=%d nothing_done=%d", tally.falseAckErrors, tally.outcomeUnknown, tally.nothingDone)
-	line += fmt.Sprintf(" kills=%d sigstops=%d zombies_stopped=%s restart_zombies=%d redis_sigterm=%d redis_sigkill=%d",
+	line += fmt.Sprintf(" kills=%d sigstops=%d zombies_found_out=%s restart_zombies=%d redis_sigterm=%d redis_sigkill=%d",
 		faults.kills, faults.sigstops, zombies, zs.restartZombies, faults.redisTerms, faults.redisKills)
 	if s.cfg.cluster {
 		line += fmt.Sprintf(" queues=%d master_kills=%d reshards=%d %s", len(s.names), faults.masterKills, faults.reshards, topologyFigures(faults.topology))
@@ -814,44 +815,57 @@ func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover m
 
 // zombieStats is what the SIGSTOPs showed.
 type zombieStats struct {
-	sigstopped, stopped int
-	maxLatency          time.Duration
-	restartZombies      int // workers declared dead without a SIGSTOP that stopped by themselves
+	sigstopped, stopped, wentOn int
+	maxLatency                  time.Duration
+	restartZombies              int // workers declared dead without a SIGSTOP that found out
 }
 
 // zombieCheck judges the SIGSTOPped workers: each was declared dead and
-// must have stopped by itself after SIGCONT.
+// after SIGCONT must have found out: stopped by itself, or gone on under a
+// fresh registration (invariant 4).
 func zombieCheck(procs []*soakProc, infos []soakLogInfo) (soakCheck, zombieStats) {
 	var zs zombieStats
 	var bad, latencies exampleSet
 	for i, p := range procs {
 		info := infos[i]
 		if !p.sigstopped {
-			if p.exitCode == workerExitLost && !p.killed {
+			if !p.forced && ((p.exitCode == workerExitLost && !p.killed) || len(info.losts) > 0) {
 				zs.restartZombies++
 			}
 			continue
 		}
 		zs.sigstopped++
+		var lostAfter time.Time // the first lost line after SIGCONT
+		for _, at := range info.losts {
+			if !at.Before(p.contAt) {
+				lostAfter = at
+				break
+			}
+		}
 		switch {
 		case !p.declaredDead:
 			bad.add("%s was SIGSTOPped but never declared dead", p.fate().name)
 		case p.forced:
-			bad.add("%s did not stop by itself within %v after SIGCONT (SIGKILLed)", p.fate().name, zombieStopLimit)
-		case p.exitCode != workerExitLost || info.stopped != stoppedSelf:
-			bad.add("%s exited with status %d, its log says stopped %q", p.fate().name, p.exitCode, info.stopped)
-		default:
+			bad.add("%s did not find out it was dead within %v after SIGCONT (SIGKILLed)", p.fate().name, zombieStopLimit)
+		case p.exitCode == workerExitLost && info.stopped == stoppedSelf:
 			zs.stopped++
 			d := info.stoppedAt.Sub(p.contAt)
 			zs.maxLatency = max(zs.maxLatency, d)
 			latencies.add("%s stopped %v after SIGCONT (it learnt it was dead after %v)", p.fate().name, shortDuration(d), shortDuration(info.lostAt.Sub(p.contAt)))
+		case p.wentOn && !lostAfter.IsZero():
+			zs.wentOn++
+			d := lostAfter.Sub(p.contAt)
+			zs.maxLatency = max(zs.maxLatency, d)
+			latencies.add("%s learnt it was dead %v after SIGCONT and went on under a fresh registration (%d acks after its last fresh registration)", p.fate().name, shortDuration(d), info.ackedSinceLost)
+		default:
+			bad.add("%s exited with status %d, its log says stopped %q and shows %d lost lines", p.fate().name, p.exitCode, info.stopped, len(info.losts))
 		}
 	}
 	ck := soakCheck{
-		name:   "every SIGSTOPped worker declared dead stopped by itself",
+		name:   "every SIGSTOPped worker declared dead found out (stopped by itself or went on under a fresh registration)",
 		always: true,
 		ok:     bad.count == 0,
-		detail: fmt.Sprintf("%d of %d, the slowest %v after SIGCONT", zs.stopped, zs.sigstopped, shortDuration(zs.maxLatency)),
+		detail: fmt.Sprintf("%d of %d (%d stopped, %d went on), the slowest %v after SIGCONT", zs.stopped+zs.wentOn, zs.sigstopped, zs.stopped, zs.wentOn, shortDuration(zs.maxLatency)),
 	}
 	ck.examples = append(bad.examples, latencies.examples...)
 	return ck, zs

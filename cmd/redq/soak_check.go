@@ -65,11 +65,15 @@ func (s *idState) presumedDone() bool { return s.acked+s.atKill+s.unknown > 0 }
 
 // soakLogInfo is what one worker log says about its process's life.
 type soakLogInfo struct {
-	conn      string
-	lostAt    time.Time // zero: never learnt it was declared dead
-	stopped   string    // how it stopped (stoppedAsked...), "" if it never said
-	stoppedAt time.Time
-	lines     int
+	conn   string
+	lostAt time.Time // zero: never learnt it was declared dead
+	// losts are the times of every lost line, and ackedSinceLost counts
+	// the acked lines after the last of them.
+	losts          []time.Time
+	ackedSinceLost int
+	stopped        string // how it stopped (stoppedAsked...), "" if it never said
+	stoppedAt      time.Time
+	lines          int
 }
 
 // soakChecker accumulates the logs of one run.
@@ -175,8 +179,13 @@ func (c *soakChecker) readLog(r io.Reader, fate soakFate) (soakLogInfo, error) {
 			}
 			continue
 		case lineLost:
-			if len(f) >= 2 && info.lostAt.IsZero() {
-				info.lostAt = parseUnixNano(f[1])
+			if len(f) >= 2 {
+				at := parseUnixNano(f[1])
+				if info.lostAt.IsZero() {
+					info.lostAt = at
+				}
+				info.losts = append(info.losts, at)
+				info.ackedSinceLost = 0
 			}
 			continue
 		case lineStopped:
@@ -244,6 +253,7 @@ func (c *soakChecker) readLog(r io.Reader, fate soakFate) (soakLogInfo, error) {
 			}
 			delete(open, k)
 			s.inc(&s.acked)
+			info.ackedSinceLost++
 		case lineAckErr:
 			delete(open, k)
 			switch ak := string(f[3]); {

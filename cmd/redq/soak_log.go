@@ -20,7 +20,8 @@ import (
 //	acking <id> <payload> <attempt>           just before its Ack
 //	acked <id> <payload> <attempt>            the Ack returned nil
 //	ackerr <id> <payload> <kind> <attempt>    the Ack failed (see ackErrKind)
-//	lost <unix ns>                            ErrorConnectionLost reached the error channel
+//	lost <unix ns> [<new name>]               ErrorConnectionLost reached the error channel (with the
+//	                                          connection's new name when it goes on under a fresh registration)
 //	stopped <how> <unix ns>                   the process is about to exit (see workerExit)
 //	bgerr <text>                              a background error (rate-limited)
 //

@@ -37,6 +37,7 @@ type soakProc struct {
 	sigstopped   bool
 	declaredDead bool      // while SIGSTOPped, a cleaner declared it dead
 	contAt       time.Time // when it got SIGCONT
+	wentOn       bool      // after SIGCONT it went on under a fresh registration
 }
 
 func (p *soakProc) fate() soakFate {
@@ -245,8 +246,9 @@ func (f faultStats) done() int {
 	return f.kills + f.sigstops + f.redisTerms + f.redisKills + f.masterKills + f.reshards + f.skipped
 }
 
-// zombieStopLimit bounds how long a worker may take to stop by itself
-// after SIGCONT once it was declared dead.
+// zombieStopLimit bounds how long a worker may take to find out it was
+// declared dead after SIGCONT: to stop by itself or go on under a fresh
+// registration.
 const zombieStopLimit = 15 * time.Second
 
 // runFaults carries out the faults one at a time, spread evenly over the
@@ -461,6 +463,10 @@ func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 	paused := time.Since(stopAt)
+	var logOffset int64
+	if fi, err := os.Stat(p.log); err == nil {
+		logOffset = fi.Size()
+	}
 	s.mu.Lock()
 	p.declaredDead = dead
 	p.contAt = time.Now()
@@ -470,17 +476,70 @@ func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 	if !dead {
 		return what + ": it was NOT declared dead; SIGCONT"
 	}
+	// It finds out it was declared dead and either stops by itself or
+	// goes on under a fresh registration, which its log says.
+	wentOn := make(chan time.Duration, 1)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		wentOnLine := func(line string) bool {
+			fs := strings.Fields(line)
+			return len(fs) == 3 && fs[0] == lineLost
+		}
+		if watchLogFor(p.log, logOffset, wentOnLine, stopWatch) {
+			wentOn <- time.Since(p.contAt)
+		}
+	}()
 	select {
 	case <-p.done:
 		return fmt.Sprintf("%s until declared dead; after SIGCONT it exited with status %d after %v",
 			what, p.exitCode, time.Since(p.contAt).Round(time.Millisecond))
+	case d := <-wentOn:
+		s.mu.Lock()
+		p.wentOn = true
+		s.mu.Unlock()
+		return fmt.Sprintf("%s until declared dead; after SIGCONT it found out after %v and went on under a fresh registration",
+			what, d.Round(time.Millisecond))
 	case <-time.After(zombieStopLimit):
 		s.mu.Lock()
 		p.killed, p.forced = true, true
 		s.mu.Unlock()
 		_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		<-p.done
-		return fmt.Sprintf("%s until declared dead; it did NOT stop by itself within %v of SIGCONT: SIGKILL", what, zombieStopLimit)
+		return fmt.Sprintf("%s until declared dead; it did NOT find out within %v of SIGCONT (no stop, no fresh registration): SIGKILL", what, zombieStopLimit)
+	}
+}
+
+// watchLogFor reads a log from offset on, every 5ms, until a line matches
+// (true) or stop is closed (false).
+func watchLogFor(path string, offset int64, match func(line string) bool, stop <-chan struct{}) bool {
+	var partial []byte
+	for {
+		if f, err := os.Open(path); err == nil {
+			if _, err := f.Seek(offset, io.SeekStart); err == nil {
+				b, _ := io.ReadAll(f)
+				offset += int64(len(b))
+				partial = append(partial, b...)
+				for {
+					i := strings.IndexByte(string(partial), '\n')
+					if i < 0 {
+						break
+					}
+					line := string(partial[:i])
+					partial = partial[i+1:]
+					if match(line) {
+						f.Close()
+						return true
+					}
+				}
+			}
+			f.Close()
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 

@@ -335,13 +335,21 @@ func waitClosed(ch <-chan struct{}, limit time.Duration) bool {
 	}
 }
 
-// watchErrors logs the connection's background errors: ErrorConnectionLost
-// once (and closes lostNow), the others at most once per kind and second.
+// watchErrors logs the connection's background errors: each
+// ErrorConnectionLost (a connection that goes on under a fresh
+// registration says so with a *redq.ConnectionLostError; one that does not
+// is about to stop, and lostNow is closed), the others at most once per
+// kind and second.
 func (w *soakWorker) watchErrors(errs <-chan error) {
 	last := map[string]time.Time{}
 	lost := false
 	for err := range errs {
 		if errors.Is(err, redq.ErrorConnectionLost) {
+			var goesOn *redq.ConnectionLostError
+			if errors.As(err, &goesOn) {
+				w.log.event(lineLost, nowNano(), goesOn.NewName)
+				continue
+			}
 			if !lost {
 				lost = true
 				w.log.event(lineLost, nowNano())
