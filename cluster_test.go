@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +157,134 @@ func TestClusterCleanPerNode(t *testing.T) {
 		t.Fatalf("clean with every master back returned %d, want the 3 of %q", n, down)
 	}
 	wantCounts(t, admin, down, 3, 0, 0)
+}
+
+// BenchmarkClusterThroughput publishes b.N deliveries over three queues
+// (in batches of 100) and consumes them with ten consumers per queue, on
+// a single redis-server and on the shared cluster (3 masters, the queues
+// on different masters), in the same run: compare their deliveries/s.
+func BenchmarkClusterThroughput(b *testing.B) {
+	for _, be := range []backend{{name: "single", client: realClient(b)}, clusterBackend(b)} {
+		b.Run(be.name, func(b *testing.B) {
+			ns := namespace()
+			c, err := openConn(be.client, "tput", nil, ns)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { <-c.StopAllConsuming() }()
+			var names []string
+			if be.name == "cluster" {
+				cl := sharedCluster(b)
+				var used []*redistest.Server
+				for i := 0; i < 3; i++ {
+					name, m := pickQueue(b, cl, fmt.Sprintf("tput%d", i), func(s *redistest.Server) bool {
+						for _, u := range used {
+							if u == s {
+								return false
+							}
+						}
+						return true
+					})
+					used = append(used, m)
+					names = append(names, name)
+				}
+			} else {
+				names = []string{"tput0", "tput1", "tput2"}
+			}
+			var consumed atomic.Int64
+			queues := make([]Queue, len(names))
+			for i, name := range names {
+				q, err := c.OpenQueue(name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				queues[i] = q
+				if err := q.StartConsuming(100, 100*time.Millisecond); err != nil {
+					b.Fatal(err)
+				}
+				for j := 0; j < 10; j++ {
+					if _, err := q.AddConsumerFunc("c", func(d Delivery) {
+						if d.Ack() == nil {
+							consumed.Add(1)
+						}
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			batch := make([]string, 100)
+			for i := range batch {
+				batch[i] = "payload-" + strconv.Itoa(i)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i, q := range queues {
+				n := b.N / len(queues)
+				if i == 0 {
+					n += b.N % len(queues)
+				}
+				wg.Add(1)
+				go func(q Queue, n int) {
+					defer wg.Done()
+					for n > 0 {
+						k := min(n, len(batch))
+						if err := q.Publish(batch[:k]...); err != nil {
+							b.Error(err)
+							return
+						}
+						n -= k
+					}
+				}(q, n)
+			}
+			wg.Wait()
+			deadline := time.Now().Add(2 * time.Minute)
+			for consumed.Load() < int64(b.N) {
+				if time.Now().After(deadline) {
+					b.Fatalf("consumed %d of %d", consumed.Load(), b.N)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "deliveries/s")
+		})
+	}
+}
+
+// Large publishes to queues in different slots, at the same time, share a
+// flush; on a cluster each slot gets its own transaction, so none fails
+// with CROSSSLOT.
+func TestClusterConcurrentLargePublishes(t *testing.T) {
+	b := clusterBackend(t)
+	c := openT(t, b, "bigpub", namespace())
+	cl := sharedCluster(t)
+	first, m := pickQueue(t, cl, "bigpub-a", func(*redistest.Server) bool { return true })
+	second, _ := pickQueue(t, cl, "bigpub-b", func(s *redistest.Server) bool { return s != m })
+	payloads := make([]string, 3*pushScriptMax)
+	for i := range payloads {
+		payloads[i] = "p" + strconv.Itoa(i)
+	}
+	const rounds = 30
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	for _, name := range []string{first, second} {
+		q := openQueue(t, c, name)
+		for i := 0; i < rounds; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- q.Publish(payloads...)
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{first, second} {
+		wantCounts(t, c, name, rounds*int64(len(payloads)), 0, 0)
+	}
 }

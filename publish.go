@@ -306,8 +306,9 @@ const pushScriptMax = 10
 // slot) and returns each call's command: its value is how many envelopes
 // the call added (0: a send of it ran already), its error the call's.
 // When every call is small, each is one call of publish.lua with its
-// envelopes; otherwise all go in one transaction, each as an LPUSH and the
-// guard (see publish.lua). When Redis refused the transaction (EXECABORT,
+// envelopes; otherwise all go in one transaction (on a cluster, one per
+// slot: a transaction cannot span slots), each as an LPUSH and the guard
+// (see publish.lua). When Redis refused the transaction (EXECABORT,
 // for example out of memory) nothing ran, and the error is the reason
 // Redis gave for the command it refused.
 func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
@@ -323,27 +324,41 @@ func pushBatch(ctx context.Context, c redis.UniversalClient, calls []*pushCall) 
 		}
 		return evalBatch(ctx, c, sc)
 	}
-	if _, ok := c.(*redis.ClusterClient); ok && len(calls) > 1 {
-		// A transaction runs in one slot, and the queues of a flush are in
-		// several: on a cluster each call is a transaction of its own,
-		// all sent at once.
-		out := make([]*redis.Cmd, len(calls))
-		var wg sync.WaitGroup
-		for i := range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out[i] = pushTx(ctx, c, calls[i:i+1])[0]
-			}()
-		}
-		wg.Wait()
-		return out
+	if _, ok := c.(*redis.ClusterClient); ok {
+		return pushPerSlot(ctx, c, calls)
 	}
 	return pushTx(ctx, c, calls)
 }
 
-// pushTx sends calls as one transaction, each as an LPUSH and the guard
-// (see pushBatch).
+// pushPerSlot is pushTx on a cluster, where a transaction cannot span
+// slots: one transaction per slot, at the same time.
+func pushPerSlot(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
+	bySlot := map[uint16][]int{}
+	for i, pc := range calls {
+		s := keySlot(pc.ready)
+		bySlot[s] = append(bySlot[s], i)
+	}
+	out := make([]*redis.Cmd, len(calls))
+	var wg sync.WaitGroup
+	for _, idx := range bySlot {
+		wg.Add(1)
+		go func(idx []int) {
+			defer wg.Done()
+			group := make([]*pushCall, len(idx))
+			for j, i := range idx {
+				group[j] = calls[i]
+			}
+			for j, cmd := range pushTx(ctx, c, group) {
+				out[idx[j]] = cmd
+			}
+		}(idx)
+	}
+	wg.Wait()
+	return out
+}
+
+// pushTx pushes large publishes in one transaction: each call's LPUSH and
+// the script that records its token.
 func pushTx(ctx context.Context, c redis.UniversalClient, calls []*pushCall) []*redis.Cmd {
 	pipe := c.TxPipeline()
 	pushes := make([]*redis.IntCmd, len(calls))

@@ -16,11 +16,11 @@ import (
 	"github.com/redq/redq/internal/redistest"
 )
 
-// clusterBenchEnv turns BenchmarkClusterThroughput on: it starts a cluster
+// clusterBenchEnv turns BenchmarkThroughputSingleVsCluster on: it starts a cluster
 // of its own and takes a while, so it stays out of the benchmark smoke run.
 const clusterBenchEnv = "REDQ_BENCH_CLUSTER"
 
-// BenchmarkClusterThroughput compares the throughput of 3 queues on a
+// BenchmarkThroughputSingleVsCluster compares the throughput of 3 queues on a
 // Redis Cluster of 3 masters (no replicas, the queues on different
 // masters) with the same 3 queues on a single redis-server, in the same
 // run: rounds alternate between the two, and the medians are reported
@@ -30,11 +30,11 @@ const clusterBenchEnv = "REDQ_BENCH_CLUSTER"
 // 10 consumers (prefetch 1000) that Ack one by one; it ends when every
 // delivery is acked. Every round works in a namespace of its own.
 //
-//	REDQ_BENCH_CLUSTER=1 go test -run '^$' -bench ClusterThroughput -benchtime=1x .
+//	REDQ_BENCH_CLUSTER=1 go test -run '^$' -bench ThroughputSingleVsCluster -benchtime=1x .
 //
 // REDQ_BENCH_CLUSTER_N (default 30000; 3000 with -short) sets n and
 // REDQ_BENCH_CLUSTER_ROUNDS (default 5) the rounds of each.
-func BenchmarkClusterThroughput(b *testing.B) {
+func BenchmarkThroughputSingleVsCluster(b *testing.B) {
 	if os.Getenv(clusterBenchEnv) == "" {
 		b.Skipf("starts a Redis Cluster of its own; set %s=1 to run it", clusterBenchEnv)
 	}
