@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redq/redq/internal/redistest"
 )
 
@@ -101,7 +103,7 @@ type topologyFault struct {
 	what   string   // "master SIGKILL" or "resharding"
 	queues []string // the queues it touched
 	// took is how long the fault lasted: from the SIGKILL until a replica
-	// was promoted, or from the start of the migration until the slot
+	// said it is master (polled every 20ms), or from the start of the migration until the slot
 	// belonged to the target.
 	took time.Duration
 	// resumed is how long after the SIGKILL, or after the slot moved,
@@ -309,16 +311,24 @@ func (s *soak) killMaster(ctx context.Context, rng *rand.Rand, global bool) (str
 		}
 		probe = queueKey(soakNamespace, s.names[affected[0]])
 	}
+	replicas := s.replicasOf(wctx, target)
 	watch := s.watchAcks(ctx, affected, s.cfg.resumeLimit)
 	s.redisDown.Store(true)
 	defer s.redisUp()
 	t0 := time.Now()
 	target.Kill()
+	promotedAt := make(chan time.Duration, 1)
+	go func() { promotedAt <- waitPromoted(wctx, replicas, t0) }()
 	promoted, err := s.cluster.WaitFailover(wctx, probe)
 	if err != nil {
 		return "", fmt.Errorf("master SIGKILL of %s: %w", target.Addr(), err)
 	}
+	// When a replica of the killed master said it is master, or else when
+	// the cluster's view named a live master for its slots.
 	failover := time.Since(t0)
+	if d := <-promotedAt; d > 0 {
+		failover = d
+	}
 	for try := 0; ; try++ {
 		if err = target.Relaunch(); err == nil || try == 4 {
 			break
@@ -341,6 +351,48 @@ func (s *soak) killMaster(ctx context.Context, rng *rand.Rand, global bool) (str
 	s.mu.Unlock()
 	return fmt.Sprintf("SIGKILL master %s (global keys: %v, queues %s): %s promoted after %v, cluster healthy again after %v; %s",
 		target.Addr(), global, strings.Join(tf.queues, ", "), promoted.Addr(), shortDuration(failover), shortDuration(healthy), tf.resumedString("the SIGKILL")), nil
+}
+
+// replicasOf returns the addresses of the replicas of a master, by what
+// the other nodes say of themselves.
+func (s *soak) replicasOf(ctx context.Context, master *redistest.Server) []string {
+	var out []string
+	for _, n := range s.cluster.Nodes {
+		if n == master {
+			continue
+		}
+		if info, err := nodeInfo(ctx, n.Addr(), "replication"); err == nil &&
+			strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+strconv.Itoa(master.Port())+"\r\n") {
+			out = append(out, n.Addr())
+		}
+	}
+	return out
+}
+
+// waitPromoted polls the replicas every 20ms until one says it is a
+// master, and returns how long after t0 that was (0 if none did before
+// ctx ended).
+func waitPromoted(ctx context.Context, replicas []string, t0 time.Time) time.Duration {
+	for len(replicas) > 0 && ctx.Err() == nil {
+		for _, addr := range replicas {
+			if info, err := nodeInfo(ctx, addr, "replication"); err == nil && strings.Contains(info, "role:master") {
+				return time.Since(t0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return 0
+}
+
+// nodeInfo returns a section of INFO of one node.
+func nodeInfo(ctx context.Context, addr, section string) (string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: time.Second, WriteTimeout: time.Second})
+	defer c.Close()
+	return c.Info(ctx, section).Result()
 }
 
 // reshard migrates the slot of the busiest queue (other than the one the
