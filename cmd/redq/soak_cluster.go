@@ -293,22 +293,36 @@ func (s *soak) killMaster(ctx context.Context, rng *rand.Rand, global bool) (str
 	if global {
 		target, err = s.cluster.MasterFor(wctx, probe)
 	} else {
+		// A master that serves a queue of the soak (reshardings may have
+		// left one with none).
 		var masters []*redistest.Server
 		if masters, err = s.cluster.Masters(wctx); err == nil {
-			target = masters[rng.IntN(len(masters))]
+			rng.Shuffle(len(masters), func(i, j int) { masters[i], masters[j] = masters[j], masters[i] })
+			for _, m := range masters {
+				var on []int
+				if on, err = s.queuesOn(wctx, m); err != nil || len(on) > 0 {
+					target = m
+					break
+				}
+			}
 		}
 	}
 	if err != nil {
 		return "", fmt.Errorf("master SIGKILL: find the master: %w", err)
 	}
+	if target == nil {
+		return s.skipFault("no master serves a queue of the soak"), nil
+	}
 	affected, err := s.queuesOn(wctx, target)
 	if err != nil {
 		return "", fmt.Errorf("master SIGKILL: %w", err)
 	}
-	if m, err := s.cluster.MasterFor(wctx, probe); err != nil || m != target {
-		if len(affected) == 0 {
-			return s.skipFault("the master picked serves none of the soak's keys"), nil
-		}
+	m, err := s.cluster.MasterFor(wctx, probe)
+	if err != nil {
+		return "", fmt.Errorf("master SIGKILL: %w", err)
+	}
+	servesGlobal := m == target
+	if !servesGlobal {
 		probe = queueKey(soakNamespace, s.names[affected[0]])
 	}
 	replicas := s.replicasOf(wctx, target)
@@ -350,7 +364,7 @@ func (s *soak) killMaster(ctx context.Context, rng *rand.Rand, global bool) (str
 	s.faults.topology = append(s.faults.topology, tf)
 	s.mu.Unlock()
 	return fmt.Sprintf("SIGKILL master %s (global keys: %v, queues %s): %s promoted after %v, cluster healthy again after %v; %s",
-		target.Addr(), global, strings.Join(tf.queues, ", "), promoted.Addr(), shortDuration(failover), shortDuration(healthy), tf.resumedString("the SIGKILL")), nil
+		target.Addr(), servesGlobal, strings.Join(tf.queues, ", "), promoted.Addr(), shortDuration(failover), shortDuration(healthy), tf.resumedString("the SIGKILL")), nil
 }
 
 // replicasOf returns the addresses of the replicas of a master, by what
