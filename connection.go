@@ -17,6 +17,15 @@ import (
 // Connection is a named client of redq. It registers itself in Redis and
 // keeps a heartbeat alive while the process runs; a cleaner returns the
 // unacked deliveries of connections whose heartbeat is gone.
+//
+// A connection stops only when asked (StopAllConsuming). Through a Redis
+// outage of any length, a restart, a failover or a heartbeat gap, it
+// pauses and resumes by itself: after HeartbeatErrorLimit failed
+// heartbeats it hands out nothing until Redis answers (see
+// HeartbeatError); when a cleaner declared it dead meanwhile, or Redis
+// lost its registration, it goes on under a fresh registration with its
+// queues, consumers, handlers and Take callers, while what it took before
+// is no longer its own (see ConnectionLostError).
 type Connection interface {
 	// OpenQueue returns a handle on the named queue and lists the queue in
 	// Redis. Names are validated: see ArgumentError. Options set the
@@ -43,20 +52,23 @@ type Connection interface {
 	// waits for consumers to finish their current delivery, stops the
 	// heartbeat and deletes it, so a cleaner may return what the connection
 	// still holds at once (and then unlists it; until then the stats show
-	// it as stopped). The channel is closed when all that is done.
-	// Afterwards OpenQueue, OpenTimers, OpenRound, StartConsuming, Take,
-	// Timers.Next, Round.Next and the verbs on deliveries fail with
-	// ErrorConsumingStopped; queues opened before may still publish, as in
-	// rmq.
+	// it as stopped). The channel is closed when all that is done. It is
+	// the only way a connection stops, unless WithStopOnHeartbeatErrorLimit
+	// makes the heartbeat error limit call it. Afterwards OpenQueue,
+	// OpenTimers, OpenRound, StartConsuming, Take, Timers.Next, Round.Next
+	// and the verbs on deliveries fail with ErrorConsumingStopped; queues
+	// opened before may still publish, as in rmq.
 	StopAllConsuming() <-chan struct{}
 }
 
 // Open opens a connection on any go-redis client (a single node, a failover
 // client or a cluster client). tag names the connection (its full name is
 // tag-<random>); errChan, if not nil, receives background errors
-// (HeartbeatError, ConsumeError, DeliveryError, ErrorConnectionLost, and at
-// open an EvictionWarning when Redis may evict keys) and is never blocked
-// on: errors that do not fit are dropped.
+// (HeartbeatError, ConsumeError, DeliveryError, *ConnectionLostError, and
+// at open an EvictionWarning when Redis may evict keys) and is never
+// blocked on: errors that do not fit are dropped. The connection never
+// stops by itself unless WithStopOnHeartbeatErrorLimit asks for it (see
+// Connection).
 func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
 	c, err := open(ctx, tag, client, errChan, opts)
 	if err != nil {

@@ -46,6 +46,9 @@ func TestHeartbeatErrorLimitPausesAndResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, gate := make(chan Delivery, 10), make(chan struct{})
+		var once sync.Once
+		openGate := func() { once.Do(func() { close(gate) }) }
+		t.Cleanup(openGate) // before the stop: a failed test must not hang it
 		if _, err := q.AddConsumerFunc("gated", func(d Delivery) { got <- d; <-gate }); err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +56,14 @@ func TestHeartbeatErrorLimitPausesAndResumes(t *testing.T) {
 		eventually(t, "the rest buffered", func() bool { return len(q.buf) == 4 })
 
 		o.down()
+		isUp := false
+		t.Cleanup(func() {
+			if !isUp {
+				o.up() // a failed test must not leave the stop waiting for Redis
+			}
+		})
 		awaitPaused(t, c)
-		close(gate) // the consumer asks for the next delivery: it must wait
+		openGate() // the consumer asks for the next delivery: it must wait
 		select {
 		case d := <-got:
 			t.Fatalf("a paused connection handed out %s", d.Payload())
@@ -65,6 +74,7 @@ func TestHeartbeatErrorLimitPausesAndResumes(t *testing.T) {
 		}
 
 		o.up()
+		isUp = true
 		all := []Delivery{first}
 		for len(all) < 5 {
 			select {

@@ -265,10 +265,11 @@ func procChildConsume() int {
 // has a cleaner return the deliveries, resumes it (SIGCONT) and sends ACK.
 // The helper then acks every held delivery and reports each result
 // (ACKRESULT), waits for ErrorConnectionLost on its error channel and for
-// the connection to stop consuming on its own (it never calls
-// StopAllConsuming before that), checks that OpenQueue is refused, and
-// emits SUMMARY. Deliveries that arrive after the first REDQ_TEST_HOLD are
-// reported as LATE and kept.
+// the connection to go on under a fresh name (it never stops: RESUMED says
+// whether it did, its name and whether OpenQueue still works). Deliveries
+// that arrive after the first REDQ_TEST_HOLD are acked at once and
+// reported as LATE with the ack's result. On EXIT it stops all consuming
+// and emits SUMMARY.
 func procChildZombie() int {
 	want := procEnvInt(procEnvHold, 10)
 	cmds := procCommands()
@@ -280,21 +281,25 @@ func procChildZombie() int {
 	if err != nil {
 		return procFail("%v", err)
 	}
+	first := c.Name()
 	var mu sync.Mutex
-	var held, late []Message
+	var held []Message
+	late := 0
 	consume := func(dd Delivery) {
 		d := dd.(Message)
 		mu.Lock()
-		defer mu.Unlock()
 		if len(held) < want {
 			held = append(held, d)
 			if len(held) == want {
 				procEmit("HELD", "held", len(held))
 			}
+			mu.Unlock()
 			return
 		}
-		late = append(late, d)
-		procEmit("LATE", "payload", d.Payload())
+		late++
+		mu.Unlock()
+		err := d.AckContext(context.Background())
+		procEmit("LATE", "payload", d.Payload(), "ok", err == nil, "msg", fmt.Sprint(err))
 	}
 	if err := q.StartConsuming(int64(want), 20*time.Millisecond); err != nil {
 		return procFail("start consuming: %v", err)
@@ -302,60 +307,49 @@ func procChildZombie() int {
 	if _, err := q.AddConsumerFunc("zombie", consume); err != nil {
 		return procFail("add consumer: %v", err)
 	}
-	procEmit("READY", "conn", c.Name(), "pid", os.Getpid())
+	procEmit("READY", "conn", first, "pid", os.Getpid())
 
 	for cmd := range cmds {
-		if cmd != "ACK" {
-			procEmit("UNKNOWN", "cmd", cmd)
-			continue
-		}
-		mu.Lock()
-		mine := append([]Message(nil), held...)
-		mu.Unlock()
-		for _, d := range mine {
-			err := d.AckContext(context.Background())
-			msg := "<nil>"
-			if err != nil {
-				msg = err.Error()
+		switch cmd {
+		case "ACK":
+			mu.Lock()
+			mine := append([]Message(nil), held...)
+			mu.Unlock()
+			for _, d := range mine {
+				err := d.AckContext(context.Background())
+				msg := "<nil>"
+				if err != nil {
+					msg = err.Error()
+				}
+				procEmit("ACKRESULT", "payload", d.Payload(), "ok", err == nil,
+					"notfound", errors.Is(err, ErrorNotFound), "lost", errors.Is(err, ErrorConnectionLost), "msg", msg)
 			}
-			procEmit("ACKRESULT", "payload", d.Payload(), "ok", err == nil,
-				"notfound", errors.Is(err, ErrorNotFound), "lost", errors.Is(err, ErrorConnectionLost), "msg", msg)
-		}
-
-		lostSeen := false
-		select {
-		case <-lost:
-			lostSeen = true
-		case <-time.After(10 * time.Second):
-		}
-
-		// The connection must stop on its own: wait for it to mark itself
-		// stopped, and only then take its (already existing) stop channel.
-		selfStopped := false
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if c.isStopped() {
-				selfStopped = true
-				break
-			}
-		}
-		stopFinished := false
-		if selfStopped {
+			lostSeen := false
 			select {
-			case <-c.StopAllConsuming():
-				stopFinished = true
+			case <-lost:
+				lostSeen = true
 			case <-time.After(10 * time.Second):
 			}
+			// The connection goes on under a fresh name, by itself.
+			renamed := false
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if c.Name() != first {
+					renamed = true
+					break
+				}
+			}
+			_, oerr := c.OpenQueue("zombie-probe")
+			procEmit("RESUMED", "lostSeen", lostSeen, "renamed", renamed, "conn", c.Name(),
+				"stopped", c.isStopped(), "openErr", fmt.Sprint(oerr))
+		case "EXIT":
+			<-c.StopAllConsuming()
+			mu.Lock()
+			procEmit("SUMMARY", "held", len(held), "late", late)
+			mu.Unlock()
+			return 0
+		default:
+			procEmit("UNKNOWN", "cmd", cmd)
 		}
-		_, oerr := c.OpenQueue("zombie-probe")
-		procEmit("STOPPED", "self", selfStopped, "finished", stopFinished,
-			"openRefused", errors.Is(oerr, ErrorConsumingStopped), "openErr", fmt.Sprint(oerr))
-
-		// Give a misbehaving fetch loop a chance to take something late.
-		time.Sleep(300 * time.Millisecond)
-		mu.Lock()
-		procEmit("SUMMARY", "held", len(held), "late", len(late), "lostSeen", lostSeen)
-		mu.Unlock()
-		return 0
 	}
 	return 0
 }

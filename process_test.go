@@ -633,9 +633,9 @@ func TestProcessCrashSIGKILL(t *testing.T) {
 // TestProcessZombieSIGSTOP: a consumer process that holds deliveries is
 // paused (SIGSTOP) past its heartbeat TTL; a cleaner returns its
 // deliveries and a consumer here acks them. When it resumes (SIGCONT), its
-// acks must say the deliveries are no longer its own, its error channel
-// must say the connection was lost, and it must stop consuming on its own
-// and take none of what is published afterwards.
+// acks must say the deliveries are no longer its own and its error channel
+// must say the connection was lost; it must not stop, but go on under a
+// fresh registration and consume what is published afterwards.
 func TestProcessZombieSIGSTOP(t *testing.T) {
 	const (
 		m      = 50
@@ -698,15 +698,13 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 	}
 	wantCounts(t, admin, queue, 0, 0, 0)
 
-	// Wake the zombie and publish more at once: it must take none of them.
+	// Wake the zombie and publish more at once: it takes them, under a
+	// fresh registration only.
 	child.signal(syscall.SIGCONT)
 	extras := procPayloads("extra", extra)
 	procPublish(t, q, extras)
 	child.send("ACK")
-	summary := child.await("SUMMARY", 30*time.Second, nil)
-	if code := child.wait(20 * time.Second); code != 0 {
-		t.Errorf("zombie exited with %d", code)
-	}
+	resumed := child.await("RESUMED", 30*time.Second, nil)
 
 	results := child.all("ACKRESULT")
 	if len(results) != m {
@@ -719,39 +717,42 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 	}
 	lostErrs := 0
 	for _, e := range child.all("ERROR") {
-		if e.bool("lost") {
+		if e.bool("lost") && strings.Contains(e.get("msg"), childConn) && strings.Contains(e.get("msg"), resumed.get("conn")) {
 			lostErrs++
 		}
 	}
-	if lostErrs == 0 || !summary.bool("lostSeen") {
-		t.Errorf("zombie's error channel got no ErrorConnectionLost (errors: %v)", child.all("ERROR"))
+	if lostErrs == 0 || !resumed.bool("lostSeen") {
+		t.Errorf("zombie's error channel got no ErrorConnectionLost naming the old and the new name (errors: %v)", child.all("ERROR"))
 	}
-	stopped := child.await("STOPPED", time.Second, nil)
-	if !stopped.bool("self") || !stopped.bool("finished") {
-		t.Errorf("zombie did not stop consuming on its own: %s", stopped.raw)
+	if !resumed.bool("renamed") || resumed.get("conn") == childConn || resumed.bool("stopped") || resumed.get("openErr") != "<nil>" {
+		t.Errorf("zombie did not go on under a fresh registration: %s", resumed.raw)
 	}
-	if !stopped.bool("openRefused") {
-		t.Errorf("zombie could still open a queue after it stopped: %s", stopped.get("openErr"))
+	procWait(t, 20*time.Second, "the zombie to consume the extras", func() bool { return len(child.all("LATE")) >= extra },
+		func() string { return procQueueState(admin, queue) })
+	later := map[string]int{}
+	for _, l := range child.all("LATE") {
+		if !l.bool("ok") {
+			t.Errorf("zombie's ack of %s under its fresh registration: %s", l.get("payload"), l.get("msg"))
+		}
+		if !strings.HasPrefix(l.get("payload"), "extra") {
+			t.Errorf("zombie was handed %s, which it held before it was declared dead", l.get("payload"))
+		}
+		later[l.get("payload")]++
 	}
-	if late := child.all("LATE"); len(late) > 0 || summary.int("late") != 0 || summary.int("held") != m {
-		t.Errorf("zombie took deliveries after it was declared dead: %v (summary %s)", late, summary.raw)
+	child.send("EXIT")
+	summary := child.await("SUMMARY", 30*time.Second, nil)
+	if code := child.wait(20 * time.Second); code != 0 {
+		t.Errorf("zombie exited with %d", code)
 	}
-
-	// What was published after the zombie woke up is still ready, untouched.
+	if summary.int("held") != m || summary.int("late") != extra {
+		t.Errorf("zombie summary %s; want held %d, late %d", summary.raw, m, extra)
+	}
 	st = mustStats(t, admin, queue).QueueStats[queue]
-	if st.ReadyCount != extra || st.UnackedCount() != 0 || st.RejectedCount != 0 {
+	if st.ReadyCount != 0 || st.UnackedCount() != 0 || st.RejectedCount != 0 {
 		t.Fatalf("after the zombie exited: %s", procQueueState(admin, queue))
 	}
 	if _, still := st.Connections[childConn]; still {
-		t.Errorf("the zombie is registered for the queue again: %s", procQueueState(admin, queue))
-	}
-	acker2 := startProcAcker(t, client, ns, queue)
-	procWait(t, 20*time.Second, "the parent to ack the extras", func() bool { return acker2.count() >= extra },
-		func() string { return procQueueState(admin, queue) })
-	acker2.stop(t)
-	later, ackErrs := acker2.snapshot()
-	if len(ackErrs) > 0 {
-		t.Errorf("parent acks failed: %v", ackErrs)
+		t.Errorf("the zombie's old registration is registered for the queue again: %s", procQueueState(admin, queue))
 	}
 	all := map[string]bool{}
 	for _, set := range []map[string]int{rescued, later} {

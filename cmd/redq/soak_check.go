@@ -65,15 +65,12 @@ func (s *idState) presumedDone() bool { return s.acked+s.atKill+s.unknown > 0 }
 
 // soakLogInfo is what one worker log says about its process's life.
 type soakLogInfo struct {
-	conn   string
-	lostAt time.Time // zero: never learnt it was declared dead
-	// losts are the times of every lost line, and ackedSinceLost counts
-	// the acked lines after the last of them.
-	losts          []time.Time
-	ackedSinceLost int
-	stopped        string // how it stopped (stoppedAsked...), "" if it never said
-	stoppedAt      time.Time
-	lines          int
+	conn      string
+	lostAt    time.Time   // zero: never learnt it was declared dead
+	lost      []time.Time // each time it learnt it and went on under a fresh name
+	stopped   string      // how it stopped (stoppedAsked...), "" if it never said
+	stoppedAt time.Time
+	lines     int
 }
 
 // soakChecker accumulates the logs of one run.
@@ -184,8 +181,7 @@ func (c *soakChecker) readLog(r io.Reader, fate soakFate) (soakLogInfo, error) {
 				if info.lostAt.IsZero() {
 					info.lostAt = at
 				}
-				info.losts = append(info.losts, at)
-				info.ackedSinceLost = 0
+				info.lost = append(info.lost, at)
 			}
 			continue
 		case lineStopped:
@@ -253,7 +249,6 @@ func (c *soakChecker) readLog(r io.Reader, fate soakFate) (soakLogInfo, error) {
 			}
 			delete(open, k)
 			s.inc(&s.acked)
-			info.ackedSinceLost++
 		case lineAckErr:
 			delete(open, k)
 			switch ak := string(f[3]); {

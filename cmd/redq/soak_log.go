@@ -20,8 +20,8 @@ import (
 //	acking <id> <payload> <attempt>           just before its Ack
 //	acked <id> <payload> <attempt>            the Ack returned nil
 //	ackerr <id> <payload> <kind> <attempt>    the Ack failed (see ackErrKind)
-//	lost <unix ns> [<new name>]               ErrorConnectionLost reached the error channel (with the
-//	                                          connection's new name when it goes on under a fresh registration)
+//	lost <unix ns> <old> <new>                ErrorConnectionLost reached the error channel: the
+//	                                          connection goes on under the fresh name new
 //	stopped <how> <unix ns>                   the process is about to exit (see workerExit)
 //	bgerr <text>                              a background error (rate-limited)
 //
@@ -87,7 +87,7 @@ func ackClaimsNotDone(kind string) bool {
 const (
 	workerExitAsked      = 0 // asked to stop (SIGTERM): stopped consuming and exited
 	workerExitFailed     = 1 // could not start (Redis down too long, bad flags)
-	workerExitLost       = 3 // declared dead by a cleaner; its connection stopped by itself
+	workerExitLost       = 3 // (no longer used: a connection declared dead goes on under a fresh name)
 	workerExitHBErrors   = 4 // its connection stopped itself after too many failed heartbeats
 	workerExitGaveUp     = 5 // an Ack failed in a way that leaves the delivery held; stopped
 	workerExitNotStopped = 6 // declared dead, but its connection did not stop by itself

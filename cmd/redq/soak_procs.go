@@ -37,7 +37,6 @@ type soakProc struct {
 	sigstopped   bool
 	declaredDead bool      // while SIGSTOPped, a cleaner declared it dead
 	contAt       time.Time // when it got SIGCONT
-	wentOn       bool      // after SIGCONT it went on under a fresh registration
 }
 
 func (p *soakProc) fate() soakFate {
@@ -206,18 +205,34 @@ func (s *soak) workerCounts() (live, started int) {
 // logConn returns the connection name from the start line of a worker's
 // log, or "" before the worker wrote it.
 func logConn(path string) string {
+	conn, _ := logConnSince(path, time.Time{})
+	return conn
+}
+
+// logConnSince returns the connection name a worker's log names last: the
+// one it started with, or the fresh one of its last lost line; and whether
+// a lost line at or after since names a fresh one.
+func logConnSince(path string, since time.Time) (conn string, renewed bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	if sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 3 && fs[0] == lineStart {
-			return fs[2]
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		switch {
+		case len(fs) >= 3 && fs[0] == lineStart && conn == "":
+			conn = fs[2]
+		case len(fs) >= 4 && fs[0] == lineLost:
+			conn = fs[3]
+			if len(fs) >= 4 && !parseUnixNano([]byte(fs[1])).Before(since) {
+				renewed = true
+			}
 		}
 	}
-	return ""
+	return conn, renewed
 }
 
 // Faults.
@@ -246,9 +261,8 @@ func (f faultStats) done() int {
 	return f.kills + f.sigstops + f.redisTerms + f.redisKills + f.masterKills + f.reshards + f.skipped
 }
 
-// zombieStopLimit bounds how long a worker may take to find out it was
-// declared dead after SIGCONT: to stop by itself or go on under a fresh
-// registration.
+// zombieStopLimit bounds how long a worker may take to go on under a
+// fresh registration after SIGCONT once it was declared dead.
 const zombieStopLimit = 15 * time.Second
 
 // runFaults carries out the faults one at a time, spread evenly over the
@@ -416,8 +430,8 @@ func (s *soak) killWorker(ctx context.Context, rng *rand.Rand) string {
 }
 
 // pauseWorker SIGSTOPs a worker until a cleaner declared it dead and
-// returned its deliveries, then SIGCONTs it and waits for it to stop by
-// itself.
+// returned its deliveries, then SIGCONTs it and waits for it to go on by
+// itself under a fresh registration (its log says so).
 func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 	p, open := s.pickWorker(ctx, rng)
 	if p == nil {
@@ -463,10 +477,6 @@ func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 	paused := time.Since(stopAt)
-	var logOffset int64
-	if fi, err := os.Stat(p.log); err == nil {
-		logOffset = fi.Size()
-	}
 	s.mu.Lock()
 	p.declaredDead = dead
 	p.contAt = time.Now()
@@ -476,71 +486,27 @@ func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 	if !dead {
 		return what + ": it was NOT declared dead; SIGCONT"
 	}
-	// It finds out it was declared dead and either stops by itself or
-	// goes on under a fresh registration, which its log says.
-	wentOn := make(chan time.Duration, 1)
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go func() {
-		wentOnLine := func(line string) bool {
-			fs := strings.Fields(line)
-			return len(fs) == 3 && fs[0] == lineLost
-		}
-		if watchLogFor(p.log, logOffset, wentOnLine, stopWatch) {
-			wentOn <- time.Since(p.contAt)
-		}
-	}()
-	select {
-	case <-p.done:
-		return fmt.Sprintf("%s until declared dead; after SIGCONT it exited with status %d after %v",
-			what, p.exitCode, time.Since(p.contAt).Round(time.Millisecond))
-	case d := <-wentOn:
-		s.mu.Lock()
-		p.wentOn = true
-		s.mu.Unlock()
-		return fmt.Sprintf("%s until declared dead; after SIGCONT it found out after %v and went on under a fresh registration",
-			what, d.Round(time.Millisecond))
-	case <-time.After(zombieStopLimit):
-		s.mu.Lock()
-		p.killed, p.forced = true, true
-		s.mu.Unlock()
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Sprintf("%s until declared dead; it did NOT find out within %v of SIGCONT (no stop, no fresh registration): SIGKILL", what, zombieStopLimit)
-	}
-}
-
-// watchLogFor reads a log from offset on, every 5ms, until a line matches
-// (true) or stop is closed (false).
-func watchLogFor(path string, offset int64, match func(line string) bool, stop <-chan struct{}) bool {
-	var partial []byte
-	for {
-		if f, err := os.Open(path); err == nil {
-			if _, err := f.Seek(offset, io.SeekStart); err == nil {
-				b, _ := io.ReadAll(f)
-				offset += int64(len(b))
-				partial = append(partial, b...)
-				for {
-					i := strings.IndexByte(string(partial), '\n')
-					if i < 0 {
-						break
-					}
-					line := string(partial[:i])
-					partial = partial[i+1:]
-					if match(line) {
-						f.Close()
-						return true
-					}
-				}
-			}
-			f.Close()
-		}
+	s.mu.Lock()
+	contAt := p.contAt
+	s.mu.Unlock()
+	for deadline := time.Now().Add(zombieStopLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
-		case <-stop:
-			return false
-		case <-time.After(5 * time.Millisecond):
+		case <-p.done:
+			return fmt.Sprintf("%s until declared dead; after SIGCONT it exited with status %d after %v",
+				what, p.exitCode, time.Since(contAt).Round(time.Millisecond))
+		default:
+		}
+		if fresh, renewed := logConnSince(p.log, contAt); renewed {
+			return fmt.Sprintf("%s until declared dead; %v after SIGCONT it went on as %s",
+				what, time.Since(contAt).Round(time.Millisecond), fresh)
 		}
 	}
+	s.mu.Lock()
+	p.killed, p.forced = true, true
+	s.mu.Unlock()
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	<-p.done
+	return fmt.Sprintf("%s until declared dead; it did NOT go on under a fresh registration within %v of SIGCONT: SIGKILL", what, zombieStopLimit)
 }
 
 // restartRedis takes Redis down with SIGTERM or SIGKILL, leaves it down

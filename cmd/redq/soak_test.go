@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-var soakSummary = regexp.MustCompile(`(?m)^soak: published=(\d+) acked=(\d+) .*lost=0 dup_ids=0 double_landed=0 redelivered=\d+.* false_ack_errors=0 .*kills=1 sigstops=1 zombies_found_out=1/1 .*redis_sigterm=1 redis_sigkill=1 .*: PASS$`)
+var soakSummary = regexp.MustCompile(`(?m)^soak: published=(\d+) acked=(\d+) .*lost=0 dup_ids=0 double_landed=0 redelivered=\d+.* false_ack_errors=0 .*kills=1 sigstops=1 zombies_resumed=1/1 .*redis_sigterm=1 redis_sigkill=1 .*: PASS$`)
 
 // TestSoakTiny runs a tiny soak end to end: 2000 deliveries and one fault
 // of each kind, on a redis-server of its own.
@@ -81,7 +81,7 @@ func TestSoakUsage(t *testing.T) {
 		}
 	}
 	out := mustRedq(t, "help", "soak")
-	for _, want := range []string{"appendfsync always", "SIGSTOP", "zombies_found_out", "-n 1000000", "-kills"} {
+	for _, want := range []string{"appendfsync always", "SIGSTOP", "zombies_resumed", "-n 1000000", "-kills"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("redq help soak does not mention %q:\n%s", want, out)
 		}

@@ -116,11 +116,10 @@ func nowNano() string { return strconv.FormatInt(time.Now().UnixNano(), 10) }
 
 // soakWorker is the state of one worker process.
 type soakWorker struct {
-	c       workerConfig
-	log     *eventLog
-	giveUp  chan struct{} // closed when an Ack left a delivery held
-	gaveUp  sync.Once
-	lostNow chan struct{} // closed when ErrorConnectionLost arrived
+	c      workerConfig
+	log    *eventLog
+	giveUp chan struct{} // closed when an Ack left a delivery held
+	gaveUp sync.Once
 }
 
 func runSoakWorker(ctx context.Context, c workerConfig) error {
@@ -128,7 +127,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	if err != nil {
 		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
 	}
-	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{}), lostNow: make(chan struct{})}
+	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{})}
 	defer w.log.close()
 
 	var client redis.UniversalClient
@@ -193,8 +192,6 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			w.log.event(lineStopped, stoppedAsked, nowNano())
 			return nil
-		case <-w.lostNow:
-			return w.afterLost(conn, queue, endTakers)
 		case <-w.giveUp:
 			endTakers()
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
@@ -204,14 +201,8 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			if !stoppedByItself(conn, queue) {
 				continue
 			}
-			// It stopped without our asking: either it learnt it was
-			// declared dead (the report comes first) or too many
-			// heartbeats failed.
-			select {
-			case <-w.lostNow:
-				return w.afterLost(conn, queue, endTakers)
-			case <-time.After(500 * time.Millisecond):
-			}
+			// It stopped without our asking: a connection declared dead
+			// goes on under a fresh name, so this is a bug.
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			endTakers()
 			w.log.event(lineStopped, stoppedHB, nowNano())
@@ -221,8 +212,8 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 }
 
 // setupFailed ends a worker whose queues could not all be set up: asked to
-// stop meanwhile (SIGTERM), or its connection stopped by itself (declared
-// dead, or too many heartbeats failed) before it was done, or a failure.
+// stop meanwhile (SIGTERM), or its connection stopped by itself before it
+// was done, or a failure.
 func (w *soakWorker) setupFailed(ctx context.Context, conn redq.Connection, err error) error {
 	switch {
 	case ctx.Err() != nil:
@@ -230,11 +221,6 @@ func (w *soakWorker) setupFailed(ctx context.Context, conn redq.Connection, err 
 		w.log.event(lineStopped, stoppedAsked, nowNano())
 		return nil
 	case errors.Is(err, redq.ErrorConsumingStopped):
-		select {
-		case <-w.lostNow:
-			return w.afterLost(conn, strings.Split(w.c.queue, ",")[0], func() {})
-		case <-time.After(500 * time.Millisecond):
-		}
 		waitClosed(conn.StopAllConsuming(), 30*time.Second)
 		w.log.event(lineStopped, stoppedHB, nowNano())
 		return exitStatus{code: workerExitHBErrors}
@@ -293,31 +279,6 @@ func (w *soakWorker) startQueue(ctx context.Context, conn redq.Connection, name 
 	return tq, nil
 }
 
-// afterLost waits for the connection, which learnt that a cleaner declared
-// it dead, to stop consuming by itself, and exits with workerExitLost (or
-// workerExitNotStopped when it does not stop within 10s).
-func (w *soakWorker) afterLost(conn redq.Connection, queue string, endTakers func()) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for !stoppedByItself(conn, queue) {
-		if time.Now().After(deadline) {
-			w.log.event(lineStopped, stoppedNotSelf, nowNano())
-			endTakers()
-			waitClosed(conn.StopAllConsuming(), 30*time.Second)
-			return exitStatus{code: workerExitNotStopped}
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	// It stopped: StopAllConsuming hands out the channel of the stop under
-	// way, closed once its consumers finished.
-	if !waitClosed(conn.StopAllConsuming(), 10*time.Second) {
-		w.log.event(lineStopped, stoppedNotSelf, nowNano())
-		return exitStatus{code: workerExitNotStopped}
-	}
-	endTakers()
-	w.log.event(lineStopped, stoppedSelf, nowNano())
-	return exitStatus{code: workerExitLost}
-}
-
 // stoppedByItself reports whether the connection stopped consuming: it
 // then refuses to open queues (opening the queue that is open already
 // changes nothing in Redis).
@@ -336,25 +297,14 @@ func waitClosed(ch <-chan struct{}, limit time.Duration) bool {
 }
 
 // watchErrors logs the connection's background errors: each
-// ErrorConnectionLost (a connection that goes on under a fresh
-// registration says so with a *redq.ConnectionLostError; one that does not
-// is about to stop, and lostNow is closed), the others at most once per
-// kind and second.
+// ErrorConnectionLost (the connection goes on under a fresh name), the
+// others at most once per kind and second.
 func (w *soakWorker) watchErrors(errs <-chan error) {
 	last := map[string]time.Time{}
-	lost := false
 	for err := range errs {
-		if errors.Is(err, redq.ErrorConnectionLost) {
-			var goesOn *redq.ConnectionLostError
-			if errors.As(err, &goesOn) {
-				w.log.event(lineLost, nowNano(), goesOn.NewName)
-				continue
-			}
-			if !lost {
-				lost = true
-				w.log.event(lineLost, nowNano())
-				close(w.lostNow)
-			}
+		var lost *redq.ConnectionLostError
+		if errors.As(err, &lost) {
+			w.log.event(lineLost, nowNano(), lost.OldName, lost.NewName)
 			continue
 		}
 		kind := fmt.Sprintf("%T", err)
