@@ -418,6 +418,10 @@ func TestLongOutageResumesTheSameConnection(t *testing.T) {
 // worker goes on under a fresh one, its consumer and Take caller with it.
 func TestRestartWithoutPersistenceResumesUnderAFreshName(t *testing.T) {
 	r := newOutageRun(t)
+	timers, err := r.worker.OpenTimers("alarms")
+	if err != nil {
+		t.Fatal(err)
+	}
 	old := r.worker.Name()
 	r.publish("jobs", "before", 20)
 	r.publish("takes", "before", 5)
@@ -427,6 +431,19 @@ func TestRestartWithoutPersistenceResumesUnderAFreshName(t *testing.T) {
 	r.publish("jobs", "after", 20)
 	r.publish("takes", "after", 5)
 	r.finish(50, 0)
+	// A timer set opened before works under the fresh registration too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := timers.Set(ctx, "wake", 0); err != nil {
+		t.Fatal(err)
+	}
+	fire, err := timers.Next(ctx)
+	if err != nil || fire.Key() != "wake" {
+		t.Fatalf("Next = %v, %v", fire, err)
+	}
+	if err := fire.Ack(ctx); err != nil {
+		t.Fatalf("ack the fire under the fresh registration: %v", err)
+	}
 }
 
 // A Redis demoted to a replica (READONLY) and promoted back: the worker
