@@ -35,8 +35,8 @@ short context), and runs -workers consumer processes (this binary, re-run
 as a hidden soak-worker command) that consume with AddConsumer,
 AddBatchConsumer and TakeBatch and log every delivery they get and ack.
 While it publishes it SIGKILLs consumers, SIGSTOPs them past their heartbeat
-TTL while its cleaner declares them dead (then SIGCONT: they must stop by
-themselves), and restarts Redis after SIGTERM and after SIGKILL. A cleaner
+TTL while its cleaner declares them dead (then SIGCONT: they must find out,
+and go on under a fresh registration or stop by themselves), and restarts Redis after SIGTERM and after SIGKILL. A cleaner
 and CollectStats run throughout. Then it drains the queue, stops the
 workers, cleans once more, and checks:
 
@@ -71,8 +71,28 @@ unknown (unknown-ack). The exit status is 1 when any check failed; the
 workers' logs are then kept and their paths printed. -seed repeats a run's
 fault schedule and publish mix.
 
+With -cluster the soak runs on a private Redis Cluster instead (3 masters
+and 3 replicas on free loopback ports, cluster-node-timeout 2s; the soak,
+its workers and its cleaner use go-redis's cluster client with its default
+options). It publishes round the -queues queues, the first in the slot of
+the namespace's global keys (heartbeats, registrations) and the others in
+other slots, and each worker consumes them all. Instead of restarting
+Redis it SIGKILLs masters (the first time the one holding the global
+keys; it waits for a replica to be promoted, relaunches the killed node,
+which rejoins as a replica, and waits for the cluster to be healthy) and
+migrates the slot of the busiest queue to another master two keys at a
+time while it is consumed. The checks are the same, plus one: after each
+master SIGKILL and resharding, the consumers of every queue it touched
+acked again within -resume-limit (a queue with nothing left to consume
+counts). The summary adds queues=, master_kills=, reshards=, and as
+median/max: failover= (SIGKILL to a replica promoted), kill_to_acks=
+(SIGKILL to acks again), reshard= (the migration) and reshard_to_acks=
+(slot moved to acks again).
+
 CI-sized:  redq soak -n 20000
-Full run:  redq soak -n 1000000 -rate 2500 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10`
+Full run:  redq soak -n 1000000 -rate 2500 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10
+Cluster:   redq soak -cluster -n 10000 -rate 400 -master-kills 1 -reshards 1
+Full:      redq soak -cluster -n 200000 -rate 1000 -master-kills 5 -reshards 2`
 
 // Namespace and queue of the soak's private Redis.
 const (
@@ -92,10 +112,31 @@ type soakConfig struct {
 	seed                                    uint64
 	dir                                     string
 	keep                                    bool
+
+	// Cluster mode (see soak_cluster.go).
+	cluster               bool
+	queues                int
+	masterKills, reshards int
+	resumeLimit           time.Duration
 }
 
 // soakCommand: redq soak [-n 20000] [-workers 4] [-rate 1000] [faults...]
 func soakCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+	c := soakFlags(fs)
+	return func(ctx context.Context, stdout, stderr io.Writer) error {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		c.modeDefaults(set)
+		if err := c.validate(); err != nil {
+			return err
+		}
+		return runSoak(ctx, *c, stdout, stderr)
+	}
+}
+
+// soakFlags defines the soak's flags on fs and returns the configuration
+// they fill in.
+func soakFlags(fs *flag.FlagSet) *soakConfig {
 	var c soakConfig
 	fs.IntVar(&c.n, "n", 20000, "deliveries to publish")
 	fs.IntVar(&c.workers, "workers", 4, "consumer processes")
@@ -117,11 +158,33 @@ func soakCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) e
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the fault schedule, the publish mix and the work times (0: pick one and print it)")
 	fs.StringVar(&c.dir, "dir", "", "directory for the workers' logs (default: a new temporary directory, removed after a run that passed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the logs of a run that passed")
-	return func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := c.validate(); err != nil {
-			return err
+	fs.BoolVar(&c.cluster, "cluster", false, "run on a private Redis Cluster (3 masters, 3 replicas) instead of one redis-server, over -queues queues, with -master-kills and -reshards instead of Redis restarts")
+	fs.IntVar(&c.queues, "queues", 3, "with -cluster: queues in different slots, the first in the slot of the namespace's global keys")
+	fs.IntVar(&c.masterKills, "master-kills", 2, "with -cluster: SIGKILLs of a master (then relaunched, it rejoins as a replica); the first hits the master of the global keys")
+	fs.IntVar(&c.reshards, "reshards", 1, "with -cluster: migrations of a busy queue's slot to another master while it is consumed")
+	fs.DurationVar(&c.resumeLimit, "resume-limit", 30*time.Second, "with -cluster: how long after a master SIGKILL or a resharding the consumers of the queues it touched may take to ack again")
+	return &c
+}
+
+// modeDefaults drops the faults of the other mode that were not asked for
+// on the command line: Redis restarts on a Cluster, master SIGKILLs and
+// reshardings on a single redis-server. set holds the flags given.
+func (c *soakConfig) modeDefaults(set map[string]bool) {
+	drop := func(name string, v *int) {
+		if !set[name] {
+			*v = 0
 		}
-		return runSoak(ctx, c, stdout, stderr)
+	}
+	if c.cluster {
+		drop("redis-sigterms", &c.redisTerms)
+		drop("redis-sigkills", &c.redisKills)
+	} else {
+		drop("master-kills", &c.masterKills)
+		drop("reshards", &c.reshards)
+		drop("queues", &c.queues)
+		if c.queues == 0 {
+			c.queues = 1
+		}
 	}
 }
 
@@ -149,6 +212,18 @@ func (c *soakConfig) validate() error {
 		return usagef("-clean-every, -progress and -drain-timeout must be positive")
 	case c.work < 0:
 		return usagef("-work must not be negative, is %v", c.work)
+	case c.masterKills < 0 || c.reshards < 0:
+		return usagef("fault counts must not be negative")
+	case c.cluster && (c.redisTerms > 0 || c.redisKills > 0):
+		return usagef("-redis-sigterms and -redis-sigkills restart the single redis-server; with -cluster use -master-kills")
+	case !c.cluster && (c.masterKills > 0 || c.reshards > 0):
+		return usagef("-master-kills and -reshards need -cluster")
+	case !c.cluster && c.queues != 1:
+		return usagef("-queues needs -cluster (the soak on one redis-server uses one queue)")
+	case c.queues < 1 || c.queues > maxSoakQueues:
+		return usagef("-queues must be from 1 to %d, is %d", maxSoakQueues, c.queues)
+	case c.resumeLimit <= 0:
+		return usagef("-resume-limit must be positive")
 	}
 	return nil
 }
@@ -158,22 +233,28 @@ var errNoRedisServer = errors.New("redis-server not found in PATH: the soak star
 
 // soak is one run.
 type soak struct {
-	cfg    soakConfig
-	out    *console
-	dir    string
-	exe    string
-	srv    *redistest.Server
-	client *redis.Client
-	conn   redq.Connection
-	queue  redq.Queue
-	start  time.Time // when publishing began
+	cfg     soakConfig
+	out     *console
+	dir     string
+	exe     string
+	srv     *redistest.Server  // the single redis-server, nil with -cluster
+	cluster *redistest.Cluster // the cluster with -cluster, else nil
+	client  redis.UniversalClient
+	conn    redq.Connection
+	names   []string     // the queues' names
+	queues  []redq.Queue // the soak's handles of them, by index in names
+	start   time.Time    // when publishing began
 
-	pub       []pubOutcome // by payload number, written once by the publisher that sent it
-	published atomic.Int64 // payloads whose publish call returned
-	redisDown atomic.Bool
-	redisUpAt atomic.Int64 // unix ns when Redis last came back
-	cleaned   atomic.Int64
-	abort     context.CancelCauseFunc
+	pub      []pubOutcome // by payload number, written once by the publisher that sent it
+	pubQueue []uint8      // by payload number: the index of the queue it was published to
+	// pubQueueMu guards pubQueue, which the topology faults read while
+	// the publishers write it.
+	pubQueueMu sync.RWMutex
+	published  atomic.Int64 // payloads whose publish call returned
+	redisDown  atomic.Bool
+	redisUpAt  atomic.Int64 // unix ns when Redis last came back
+	cleaned    atomic.Int64
+	abort      context.CancelCauseFunc
 
 	mu          sync.Mutex
 	procs       []*soakProc
@@ -202,27 +283,55 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create log directory: %w", err)
 	}
-	s := &soak{cfg: c, out: newConsole(stderr), dir: dir, exe: exe, pub: make([]pubOutcome, c.n)}
+	s := &soak{cfg: c, out: newConsole(stderr), dir: dir, exe: exe, pub: make([]pubOutcome, c.n), pubQueue: make([]uint8, c.n),
+		names: soakQueueNames(soakNamespace, c.queues, c.cluster)}
 	// go-redis logs through a logger of its process; the soak's knows
 	// when Redis is down on purpose.
 	redis.SetLogger(soakRedisLog{s})
-	s.out.logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
-		c.seed, c.n, rateString(c.rate), c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
-
-	srv, err := redistest.StartMain(redistest.WithAppendOnly())
-	if err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+	if c.cluster {
+		s.out.logf("soak: seed %d: %d deliveries at %s over queues %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d master SIGKILL, %d resharding; logs in %s",
+			c.seed, c.n, rateString(c.rate), strings.Join(s.names, ", "), c.workers, c.kills, c.sigstops, c.masterKills, c.reshards, dir)
+	} else {
+		s.out.logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
+			c.seed, c.n, rateString(c.rate), c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
 	}
-	s.srv = srv
-	s.out.logf("soak: redis-server on %s (AOF appendfsync always, data in %s)", srv.Addr(), srv.Dir())
+
+	var servers []*redistest.Server
+	if c.cluster {
+		cl, err := redistest.StartClusterMain()
+		if err != nil {
+			return fmt.Errorf("start the cluster: %w", err)
+		}
+		s.cluster, servers = cl, cl.Nodes
+		s.out.logf("soak: Redis Cluster of %d nodes on %s", len(cl.Nodes), strings.Join(cl.Addrs(), " "))
+	} else {
+		srv, err := redistest.StartMain(redistest.WithAppendOnly())
+		if err != nil {
+			return fmt.Errorf("start redis-server: %w", err)
+		}
+		s.srv, servers = srv, []*redistest.Server{srv}
+		s.out.logf("soak: redis-server on %s (AOF appendfsync always, data in %s)", srv.Addr(), srv.Dir())
+	}
 	passed, err := s.run(ctx, stdout)
-	// Keep Redis's own log with the workers' when the run needs a look.
+	// Keep Redis's own logs with the workers' when the run needs a look.
 	if !passed {
-		if b, rerr := os.ReadFile(filepath.Join(srv.Dir(), "redis.log")); rerr == nil {
-			_ = os.WriteFile(filepath.Join(dir, "redis.log"), b, 0o644)
+		for i, srv := range servers {
+			name := "redis.log"
+			if c.cluster {
+				name = fmt.Sprintf("redis-node%d-%d.log", i, srv.Port())
+			}
+			if b, rerr := os.ReadFile(filepath.Join(srv.Dir(), "redis.log")); rerr == nil {
+				_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+			}
 		}
 	}
-	if cerr := srv.Close(); cerr != nil && err == nil {
+	var cerr error
+	if c.cluster {
+		cerr = s.cluster.Close()
+	} else {
+		cerr = s.srv.Close()
+	}
+	if cerr != nil && err == nil {
 		err = cerr
 	}
 	switch {
@@ -245,7 +354,12 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 // run runs the soak on its Redis and reports whether every check passed.
 func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 	c := s.cfg
-	s.client = redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
+	if c.cluster {
+		// go-redis's default options, as a user would start.
+		s.client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cluster.Addrs()})
+	} else {
+		s.client = redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
+	}
 	defer s.client.Close()
 	runCtx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
@@ -258,8 +372,12 @@ func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 	}
 	s.conn = conn
 	go s.watchErrors(errChan)
-	if s.queue, err = conn.OpenQueue(soakQueue); err != nil {
-		return false, fmt.Errorf("open queue: %w", err)
+	for _, name := range s.names {
+		q, err := conn.OpenQueue(name)
+		if err != nil {
+			return false, fmt.Errorf("open queue %s: %w", name, err)
+		}
+		s.queues = append(s.queues, q)
 	}
 
 	loopCtx, stopLoops := context.WithCancel(runCtx)
@@ -312,7 +430,7 @@ func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 	time.Sleep(c.hbTTL + 100*time.Millisecond)
 	s.finalClean(ctx)
 	<-conn.StopAllConsuming()
-	keys, leftover, err := scanSoakKeys(ctx, s.client, soakNamespace, soakQueue)
+	keys, leftover, err := scanSoakKeys(ctx, s.client, soakNamespace, s.names)
 	if err != nil {
 		return false, err
 	}
@@ -396,6 +514,10 @@ func (s *soak) publishLoop(ctx context.Context, i int, next *atomic.Int64) {
 			return
 		}
 		last := min(first+k, n)
+		// Payloads go round the queues; a batch goes whole to the queue of
+		// its first.
+		qi := int(first % int64(len(s.queues)))
+		queue := s.queues[qi]
 		if s.cfg.rate > 0 {
 			due := s.start.Add(time.Duration(float64(first) / float64(s.cfg.rate) * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
@@ -419,9 +541,9 @@ func (s *soak) publishLoop(ctx context.Context, i int, next *atomic.Int64) {
 			for p := first; p < last; p++ {
 				bs = append(bs, []byte(formatPayload(int(p))))
 			}
-			err = s.queue.PublishBytesContext(pctx, bs...)
+			err = queue.PublishBytesContext(pctx, bs...)
 		case kind < 45:
-			err = s.queue.PublishContext(pctx, formatPayload(int(first)))
+			err = queue.PublishContext(pctx, formatPayload(int(first)))
 		default:
 			var opts []redq.PublishOption
 			switch r := rng.IntN(10); {
@@ -435,16 +557,19 @@ func (s *soak) publishLoop(ctx context.Context, i int, next *atomic.Int64) {
 			default:
 				opts = append(opts, redq.TTR(3*time.Second))
 			}
-			err = s.queue.Put(pctx, []byte(formatPayload(int(first))), opts...)
+			err = queue.Put(pctx, []byte(formatPayload(int(first))), opts...)
 		}
 		cancel()
 		o := classifyPublish(err)
 		if o == pubOther {
 			s.out.logf("soak %s: publish of %d..%d: untyped error: %v", s.since(), first, last-1, err)
 		}
+		s.pubQueueMu.Lock()
 		for p := first; p < last; p++ {
 			s.pub[p] = o
+			s.pubQueue[p] = uint8(qi)
 		}
+		s.pubQueueMu.Unlock()
 		s.published.Add(last - first)
 	}
 }
@@ -492,15 +617,39 @@ func (s *soak) cleanLoop(ctx context.Context) {
 	}
 }
 
-// queueCounts reads the queue's counts.
-func (s *soak) queueCounts(ctx context.Context) (redq.QueueStat, error) {
+// soakCounts are the counts of the soak's queues, summed.
+type soakCounts struct{ ready, delayed, unacked, rejected int64 }
+
+func (c soakCounts) total() int64 { return c.ready + c.delayed + c.unacked + c.rejected }
+
+func (c soakCounts) String() string {
+	return fmt.Sprintf("ready %d, delayed %d, unacked %d, rejected %d", c.ready, c.delayed, c.unacked, c.rejected)
+}
+
+func countsOf(qs redq.QueueStat) soakCounts {
+	return soakCounts{ready: qs.ReadyCount, delayed: qs.DelayedCount, unacked: qs.UnackedCount(), rejected: qs.RejectedCount}
+}
+
+// queueCounts reads the counts of every queue of the soak and returns
+// their sum and each queue's, by index in s.names.
+func (s *soak) queueCounts(ctx context.Context) (soakCounts, []soakCounts, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, err := s.conn.CollectStatsContext(cctx, []string{soakQueue})
+	st, err := s.conn.CollectStatsContext(cctx, s.names)
 	if err != nil {
-		return redq.QueueStat{}, err
+		return soakCounts{}, nil, err
 	}
-	return st.QueueStats[soakQueue], nil
+	var sum soakCounts
+	each := make([]soakCounts, len(s.names))
+	for i, name := range s.names {
+		c := countsOf(st.QueueStats[name])
+		each[i] = c
+		sum.ready += c.ready
+		sum.delayed += c.delayed
+		sum.unacked += c.unacked
+		sum.rejected += c.rejected
+	}
+	return sum, each, nil
 }
 
 // progressLoop reads the queue's stats every second, as a dashboard
@@ -516,8 +665,8 @@ func (s *soak) progressLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if qs, err := s.queueCounts(ctx); err == nil {
-			counts = fmt.Sprintf("ready %d, delayed %d, unacked %d, rejected %d", qs.ReadyCount, qs.DelayedCount, qs.UnackedCount(), qs.RejectedCount)
+		if qs, _, err := s.queueCounts(ctx); err == nil {
+			counts = qs.String()
 		} else if s.expectingErrors() {
 			counts = "Redis down"
 		} else {
@@ -529,7 +678,7 @@ func (s *soak) progressLoop(ctx context.Context) {
 		lastPrint = time.Now()
 		live, started := s.workerCounts()
 		s.mu.Lock()
-		done, total := s.faults.done(), s.cfg.kills+s.cfg.sigstops+s.cfg.redisTerms+s.cfg.redisKills
+		done, total := s.faults.done(), s.cfg.kills+s.cfg.sigstops+s.cfg.redisTerms+s.cfg.redisKills+s.cfg.masterKills+s.cfg.reshards
 		s.mu.Unlock()
 		pub := s.published.Load()
 		s.out.logf("soak %s: published %d/%d (%.0f/s); %s; %d workers live, %d started; faults %d/%d",
@@ -541,12 +690,12 @@ func (s *soak) progressLoop(ctx context.Context) {
 func (s *soak) drain(ctx context.Context) bool {
 	deadline := time.Now().Add(s.cfg.drainTimeout)
 	zeros := 0
-	var last redq.QueueStat
+	var last soakCounts
 	for ctx.Err() == nil {
-		qs, err := s.queueCounts(ctx)
+		qs, _, err := s.queueCounts(ctx)
 		if err == nil {
 			last = qs
-			if qs.ReadyCount+qs.DelayedCount+qs.UnackedCount()+qs.RejectedCount == 0 {
+			if qs.total() == 0 {
 				// Twice in a row: the counts are read in two steps.
 				if zeros++; zeros >= 2 {
 					s.out.logf("soak %s: drained", s.since())
@@ -557,8 +706,7 @@ func (s *soak) drain(ctx context.Context) bool {
 			}
 		}
 		if time.Now().After(deadline) {
-			s.out.logf("soak %s: not drained after %v: ready %d, delayed %d, unacked %d, rejected %d", s.since(), s.cfg.drainTimeout,
-				last.ReadyCount, last.DelayedCount, last.UnackedCount(), last.RejectedCount)
+			s.out.logf("soak %s: not drained after %v: %v", s.since(), s.cfg.drainTimeout, last)
 			return false
 		}
 		select {
@@ -608,6 +756,9 @@ func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover m
 	tally, checks := checker.verdict(leftover)
 	zombie, zs := zombieCheck(procs, infos)
 	checks = append(checks, zombie, workersCheck(procs, infos), keysCheck(keys))
+	if s.cfg.cluster {
+		checks = append(checks, topologyCheck(faults.topology, s.cfg.resumeLimit))
+	}
 	if !drained {
 		checks = append(checks, soakCheck{name: "the consumers drained the queue", detail: "they did not within -drain-timeout"})
 	}
@@ -651,9 +802,12 @@ func (s *soak) report(stdout io.Writer, drained bool, keys []soakKey, leftover m
 		line += "(" + causes + ")"
 	}
 	line += fmt.Sprintf(" false_ack_errors=%d outcome_unknown=%d nothing_done=%d", tally.falseAckErrors, tally.outcomeUnknown, tally.nothingDone)
-	line += fmt.Sprintf(" kills=%d sigstops=%d zombies_resumed=%s restart_zombies=%d redis_sigterm=%d redis_sigkill=%d workers_started=%d rate=%.0f/s elapsed=%s: %s",
-		faults.kills, faults.sigstops, zombies, zs.restartZombies, faults.redisTerms, faults.redisKills, len(procs), rate,
-		time.Since(s.start).Round(time.Second), verdict)
+	line += fmt.Sprintf(" kills=%d sigstops=%d zombies_resumed=%s restart_zombies=%d redis_sigterm=%d redis_sigkill=%d",
+		faults.kills, faults.sigstops, zombies, zs.restartZombies, faults.redisTerms, faults.redisKills)
+	if s.cfg.cluster {
+		line += fmt.Sprintf(" queues=%d master_kills=%d reshards=%d %s", len(s.names), faults.masterKills, faults.reshards, topologyFigures(faults.topology))
+	}
+	line += fmt.Sprintf(" workers_started=%d rate=%.0f/s elapsed=%s: %s", len(procs), rate, time.Since(s.start).Round(time.Second), verdict)
 	fmt.Fprintln(stdout, line)
 	return passed, nil
 }

@@ -344,7 +344,7 @@ func TestScanSoakKeys(t *testing.T) {
 	must(client.HSet(ctx, p+"unacked:w2", id+"7", "\x03"+id+"1,0,0,0,0,0;43").Err())
 	must(client.RPush(ctx, p+"ready:3", wakeMarker).Err()) // no deliveries, no TTL
 
-	keys, leftover, err := scanSoakKeys(ctx, client, "redq", "soak")
+	keys, leftover, err := scanSoakKeys(ctx, client, "redq", []string{"soak"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,11 +38,16 @@ const (
 
 var digits = regexp.MustCompile(`^[0-9]+$`)
 
-// classifyKey says what a key of namespace ns and queue is and how it may
-// be left behind.
-func classifyKey(name, ns, queue string) (role string, kind int) {
+// classifyKey says what a key of namespace ns and one of the queues is
+// and how it may be left behind.
+func classifyKey(name, ns string, queues []string) (role string, kind int) {
 	g := "{" + ns + "}:"
-	p := ns + ":{" + queue + "}:"
+	p := ns + ":{" + queues[0] + "}:"
+	for _, q := range queues[1:] {
+		if strings.HasPrefix(name, ns+":{"+q+"}:") {
+			p = ns + ":{" + q + "}:"
+		}
+	}
 	switch {
 	case name == g+"queues":
 		return "set of queues", keySmall
@@ -99,20 +105,35 @@ func classifyKey(name, ns, queue string) (role string, kind int) {
 	return "unknown key of the queue", keyRecord
 }
 
-// scanSoakKeys lists every key of the (private) Redis, judges each and
-// returns the payload numbers still held in delivery keys.
-func scanSoakKeys(ctx context.Context, client redis.UniversalClient, ns, queue string) ([]soakKey, map[uint32]int, error) {
+// scanSoakKeys lists every key of the (private) Redis, of every master of
+// a cluster, judges each and returns the payload numbers still held in
+// delivery keys.
+func scanSoakKeys(ctx context.Context, client redis.UniversalClient, ns string, queues []string) ([]soakKey, map[uint32]int, error) {
 	var names []string
-	var cursor uint64
-	for {
-		batch, next, err := client.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			return nil, nil, fmt.Errorf("scan keys: %w", err)
+	var mu sync.Mutex
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		var cursor uint64
+		for {
+			batch, next, err := node.Scan(ctx, cursor, "*", 1000).Result()
+			if err != nil {
+				return fmt.Errorf("scan keys: %w", err)
+			}
+			mu.Lock()
+			names = append(names, batch...)
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
-		names = append(names, batch...)
-		if cursor = next; cursor == 0 {
-			break
-		}
+	}
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, client)
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	sort.Strings(names)
 	leftover := map[uint32]int{}
@@ -129,7 +150,7 @@ func scanSoakKeys(ctx context.Context, client redis.UniversalClient, ns, queue s
 		if k.ttl, err = client.PTTL(ctx, name).Result(); err != nil {
 			return nil, nil, fmt.Errorf("ttl of %q: %w", name, err)
 		}
-		role, kind := classifyKey(name, ns, queue)
+		role, kind := classifyKey(name, ns, queues)
 		k.role = role
 		envs, size, err := keyContents(ctx, client, name, k.typ, kind == keyDeliveries)
 		if err != nil {

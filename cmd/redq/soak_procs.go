@@ -89,8 +89,15 @@ func (s *soak) startWorker() (*soakProc, error) {
 	}
 	defer errFile.Close() // the child has its own copy
 	c := s.cfg
+	addr := ""
+	if s.cluster != nil {
+		addr = strings.Join(s.cluster.Addrs(), ",")
+	} else {
+		addr = s.srv.Addr()
+	}
 	cmd := exec.Command(s.exe, "soak-worker",
-		"-addr", s.srv.Addr(), "-namespace", soakNamespace, "-queue", soakQueue,
+		"-addr", addr, "-cluster="+strconv.FormatBool(s.cluster != nil),
+		"-namespace", soakNamespace, "-queue", strings.Join(s.names, ","),
 		"-log", p.log, "-tag", fmt.Sprintf("soak-w%d", idx),
 		"-hb-interval", c.hbInterval.String(), "-hb-ttl", c.hbTTL.String(),
 		"-work", c.work.String(), "-seed", strconv.FormatUint(c.seed+uint64(idx), 10))
@@ -237,14 +244,22 @@ const (
 	faultSIGSTOP
 	faultRedisTerm
 	faultRedisKill
+	faultMasterKill
+	faultReshard
 )
 
 // faultStats counts the faults that were carried out.
 type faultStats struct {
 	kills, sigstops, redisTerms, redisKills, skipped int
+	masterKills, reshards                            int
+	// topology is what the master SIGKILLs and reshardings showed (see
+	// soak_cluster.go).
+	topology []topologyFault
 }
 
-func (f faultStats) done() int { return f.kills + f.sigstops + f.redisTerms + f.redisKills + f.skipped }
+func (f faultStats) done() int {
+	return f.kills + f.sigstops + f.redisTerms + f.redisKills + f.masterKills + f.reshards + f.skipped
+}
 
 // zombieStopLimit bounds how long a worker may take to go on under a
 // fresh registration after SIGCONT once it was declared dead.
@@ -255,14 +270,9 @@ const zombieStopLimit = 15 * time.Second
 // It returns an error only when Redis does not come back.
 func (s *soak) runFaults(ctx context.Context) error {
 	c := s.cfg
-	var plan []faultKind
-	for kind, n := range []int{c.kills, c.sigstops, c.redisTerms, c.redisKills} {
-		for i := 0; i < n; i++ {
-			plan = append(plan, faultKind(kind))
-		}
-	}
 	rng := rand.New(rand.NewPCG(c.seed, 7))
-	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	plan := faultPlan(c, rng)
+	masterKills, lastReshard := 0, -1
 	for i, f := range plan {
 		trigger := int64(c.n) * int64(i+1) / int64(len(plan)+1)
 		for s.published.Load() < trigger {
@@ -282,6 +292,11 @@ func (s *soak) runFaults(ctx context.Context) error {
 			what = s.pauseWorker(ctx, rng)
 		case faultRedisTerm, faultRedisKill:
 			what, err = s.restartRedis(ctx, rng, f == faultRedisKill)
+		case faultMasterKill:
+			what, err = s.killMaster(ctx, rng, masterKills == 0)
+			masterKills++
+		case faultReshard:
+			lastReshard, what, err = s.reshard(ctx, rng, lastReshard)
 		}
 		if err != nil {
 			return err
@@ -289,6 +304,19 @@ func (s *soak) runFaults(ctx context.Context) error {
 		s.out.logf("soak %s: fault %d/%d (from %s): %s", s.since(), i+1, len(plan), began, what)
 	}
 	return nil
+}
+
+// faultPlan returns the faults of a run in the order they are carried out:
+// every fault the flags ask for, shuffled.
+func faultPlan(c soakConfig, rng *rand.Rand) []faultKind {
+	var plan []faultKind
+	for kind, n := range []int{c.kills, c.sigstops, c.redisTerms, c.redisKills, c.masterKills, c.reshards} {
+		for i := 0; i < n; i++ {
+			plan = append(plan, faultKind(kind))
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	return plan
 }
 
 // pickWorker chooses a running worker that has opened its connection,
@@ -427,15 +455,20 @@ func (s *soak) pauseWorker(ctx context.Context, rng *rand.Rand) string {
 	}
 	// Dead once it left the connections set and a cleaner took back what
 	// it held (which unregisters it from the queue).
-	consumers := soakNamespace + ":{" + soakQueue + "}:consumers"
 	dead := false
 	limit := max(10*s.cfg.hbTTL, 10*time.Second, least)
 	for time.Since(stopAt) < limit && ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		member, err1 := s.client.SIsMember(cctx, "{"+soakNamespace+"}:connections", conn).Result()
-		registered, err2 := s.client.HExists(cctx, consumers, conn).Result()
+		member, err := s.client.SIsMember(cctx, "{"+soakNamespace+"}:connections", conn).Result()
+		registered := false
+		for _, name := range s.names {
+			if err != nil || registered {
+				break
+			}
+			registered, err = s.client.HExists(cctx, soakNamespace+":{"+name+"}:consumers", conn).Result()
+		}
 		cancel()
-		if err1 == nil && err2 == nil && !member && !registered {
+		if err == nil && !member && !registered {
 			dead = true
 			if time.Since(stopAt) >= least {
 				break

@@ -4,9 +4,13 @@ package main
 
 import (
 	"context"
+	"flag"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,5 +96,118 @@ func TestSoakWithoutRedisServer(t *testing.T) {
 	code, _, stderr := redqRun(t, "soak", "-n", "10")
 	if code != 1 || !strings.Contains(stderr, "redis-server not found in PATH") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestSoakClusterUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"soak", "-cluster", "-redis-sigkills", "1"},
+		{"soak", "-cluster", "-redis-sigterms", "1"},
+		{"soak", "-master-kills", "1"},
+		{"soak", "-reshards", "1"},
+		{"soak", "-queues", "2"},
+		{"soak", "-cluster", "-queues", "0"},
+		{"soak", "-cluster", "-queues", "17"},
+		{"soak", "-cluster", "-master-kills", "-1"},
+		{"soak", "-cluster", "-resume-limit", "0s"},
+	} {
+		if code, _, stderr := redqRun(t, args...); code != 2 || !strings.Contains(stderr, "redq help soak") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a usage hint", args, code, stderr)
+		}
+	}
+	out := mustRedq(t, "help", "soak")
+	for _, want := range []string{"-cluster", "-master-kills", "-reshards", "kill_to_acks", "global keys"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("redq help soak does not mention %q:\n%s", want, out)
+		}
+	}
+}
+
+// parseSoak parses soak flags as the command does and returns the
+// configuration, after the defaults of its mode.
+func parseSoak(t *testing.T, args ...string) soakConfig {
+	t.Helper()
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	c := soakFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.modeDefaults(set)
+	if err := c.validate(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return *c
+}
+
+func countFaults(plan []faultKind) map[faultKind]int {
+	n := map[faultKind]int{}
+	for _, f := range plan {
+		n[f]++
+	}
+	return n
+}
+
+// The faults each mode plans: Redis restarts on one redis-server, master
+// SIGKILLs and reshardings on a cluster, consumer kills and SIGSTOPs on
+// both.
+func TestSoakClusterPlan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	single := parseSoak(t)
+	if got, want := countFaults(faultPlan(single, rng)), map[faultKind]int{faultKill: 3, faultSIGSTOP: 2, faultRedisTerm: 2, faultRedisKill: 2}; !maps.Equal(got, want) {
+		t.Errorf("default plan %v, want %v", got, want)
+	}
+	if single.queues != 1 || single.cluster {
+		t.Errorf("default: %d queues, cluster %v", single.queues, single.cluster)
+	}
+	c := parseSoak(t, "-cluster")
+	if got, want := countFaults(faultPlan(c, rng)), map[faultKind]int{faultKill: 3, faultSIGSTOP: 2, faultMasterKill: 2, faultReshard: 1}; !maps.Equal(got, want) {
+		t.Errorf("-cluster plan %v, want %v", got, want)
+	}
+	c = parseSoak(t, "-cluster", "-n", "10000", "-master-kills", "5", "-reshards", "2", "-kills", "0", "-sigstops", "0", "-queues", "4")
+	if got, want := countFaults(faultPlan(c, rng)), map[faultKind]int{faultMasterKill: 5, faultReshard: 2}; !maps.Equal(got, want) || c.queues != 4 {
+		t.Errorf("plan %v with %d queues, want %v and 4", got, c.queues, want)
+	}
+}
+
+// The cluster soak's queues are in different slots, the first in the slot
+// of the global keys, the others spread over the masters' thirds of the
+// slot range; keySlot hashes as Redis Cluster does.
+func TestSoakClusterQueues(t *testing.T) {
+	for key, want := range map[string]int{
+		"123456789":             12739, // CRC16 (XMODEM) check value 0x31C3
+		"{user1000}.following":  keySlot("user1000"),
+		"foo{}{bar}":            keySlot("foo{}{bar}"), // an empty tag: the whole key
+		"{redq}:connections":    keySlot("redq"),
+		"redq:{soak}:ready":     keySlot("soak"),
+		"redq:{soak}:unacked:x": keySlot("soak"),
+	} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if keySlot("a") == keySlot("b") {
+		t.Error("keySlot does not hash")
+	}
+	if got := soakQueueNames("redq", 3, false); !slices.Equal(got, []string{"soak"}) {
+		t.Errorf("single Redis: %v", got)
+	}
+	names := soakQueueNames("redq", 3, true)
+	if len(names) != 3 {
+		t.Fatalf("%v", names)
+	}
+	if keySlot(queueKey("redq", names[0])) != keySlot(globalKey("redq")) {
+		t.Errorf("%s is not in the slot of the global keys", names[0])
+	}
+	thirds := map[int]bool{}
+	for _, name := range names {
+		if strings.ContainsAny(name, "{}:") {
+			t.Errorf("queue name %q", name)
+		}
+		thirds[keySlot(queueKey("redq", name))*3/clusterSlots] = true
+	}
+	if len(thirds) != 3 {
+		t.Errorf("queues %v are not on three masters' thirds", names)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ const soakWorkerEnv = "REDQ_SOAK_WORKER"
 // workerConfig holds the flags of redq soak-worker.
 type workerConfig struct {
 	addr           string
+	cluster        bool
 	namespace      string
 	queue          string
 	log            string
@@ -45,9 +47,10 @@ type workerConfig struct {
 // soak.go). It is not listed by "redq help": the soak starts it.
 func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	var c workerConfig
-	fs.StringVar(&c.addr, "addr", "", "Redis address, host:port (required)")
+	fs.StringVar(&c.addr, "addr", "", "Redis address, host:port (required); with -cluster, the nodes' addresses separated by commas")
+	fs.BoolVar(&c.cluster, "cluster", false, "Redis is a cluster: use go-redis's cluster client with its default options")
 	fs.StringVar(&c.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queue")
-	fs.StringVar(&c.queue, "queue", "soak", "queue to consume")
+	fs.StringVar(&c.queue, "queue", "soak", "queues to consume, separated by commas; the consumers, batch consumers and takers are per queue")
 	fs.StringVar(&c.log, "log", "", "file to append one line per event to (required)")
 	fs.StringVar(&c.tag, "tag", "soak-worker", "connection tag")
 	fs.DurationVar(&c.hbInterval, "hb-interval", 150*time.Millisecond, "heartbeat interval")
@@ -69,13 +72,26 @@ func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Wri
 // eventLog appends lines to a worker's log, each with one write call, so
 // that a SIGKILL never leaves half a line (see soak_log.go).
 type eventLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu     sync.Mutex
+	f      *os.File
+	closed bool
+}
+
+// close closes the log: the worker is done, and what goroutines of the
+// connection still report (a background error) is dropped.
+func (l *eventLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	_ = l.f.Close()
 }
 
 func (l *eventLog) write(line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
 	if _, err := l.f.WriteString(line); err != nil {
 		// The log is the soak's evidence: without it the run proves nothing.
 		fmt.Fprintf(os.Stderr, "redq soak-worker: write log: %v\n", err)
@@ -111,10 +127,15 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	if err != nil {
 		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
 	}
-	defer f.Close()
 	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{})}
+	defer w.log.close()
 
-	client := redis.NewClient(&redis.Options{Addr: c.addr})
+	var client redis.UniversalClient
+	if c.cluster {
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.addr, ",")})
+	} else {
+		client = redis.NewClient(&redis.Options{Addr: c.addr})
+	}
 	defer client.Close()
 	errs := make(chan error, 1024)
 	var conn redq.Connection
@@ -130,64 +151,37 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	w.log.event(lineStart, strconv.Itoa(os.Getpid()), connectionName(conn), nowNano())
 	go w.watchErrors(errs)
 
-	var q, tq redq.Queue
-	err = retryFor(ctx, 30*time.Second, func() error {
-		var err error
-		if q == nil {
-			if q, err = conn.OpenQueue(c.queue); err != nil {
-				return err
-			}
+	names := strings.Split(c.queue, ",")
+	var takeQueues []redq.Queue
+	for qi, name := range names {
+		var tq redq.Queue
+		tq, err = w.startQueue(ctx, conn, name, uint64(qi)*1000)
+		if err != nil {
+			break
 		}
-		tq, err = conn.OpenQueue(c.queue) // a handle of its own for Take
-		return err
-	})
-	if err == nil {
-		err = retryFor(ctx, 30*time.Second, func() error { return q.StartConsuming(c.prefetch, 100*time.Millisecond) })
-	}
-	for i := 0; err == nil && i < c.consumers; i++ {
-		rng := rand.New(rand.NewPCG(c.seed, uint64(i)))
-		err = retryFor(ctx, 30*time.Second, func() error {
-			_, err := q.AddConsumerFunc("single", func(d redq.Delivery) {
-				m := d.(redq.Message)
-				w.log.take(lineGot, m, "")
-				w.work(rng)
-				w.ack(m)
-			})
-			return err
-		})
-	}
-	for i := 0; err == nil && i < c.batchConsumers; i++ {
-		rng := rand.New(rand.NewPCG(c.seed, uint64(100+i)))
-		err = retryFor(ctx, 30*time.Second, func() error {
-			_, err := q.AddBatchConsumerFunc("batch", 10, 20*time.Millisecond, func(b redq.Deliveries) {
-				for _, d := range b {
-					w.log.take(lineGot, d, "")
-					w.work(rng)
-				}
-				w.ackBatch(b)
-			})
-			return err
-		})
+		takeQueues = append(takeQueues, tq)
 	}
 	if err != nil {
-		<-conn.StopAllConsuming()
-		return exitStatus{workerExitFailed, err}
+		return w.setupFailed(ctx, conn, err)
 	}
 	takeCtx, stopTakers := context.WithCancel(context.Background())
 	defer stopTakers()
 	var takers sync.WaitGroup
-	for i := 0; i < c.takers; i++ {
-		takers.Add(1)
-		rng := rand.New(rand.NewPCG(c.seed, uint64(200+i)))
-		go func() {
-			defer takers.Done()
-			w.takeLoop(takeCtx, tq, rng)
-		}()
+	for qi, tq := range takeQueues {
+		for i := 0; i < c.takers; i++ {
+			takers.Add(1)
+			rng := rand.New(rand.NewPCG(c.seed, uint64(qi)*1000+uint64(200+i)))
+			go func() {
+				defer takers.Done()
+				w.takeLoop(takeCtx, tq, rng)
+			}()
+		}
 	}
 	endTakers := func() {
 		stopTakers()
 		takers.Wait()
 	}
+	queue := names[0] // any of them tells whether the connection stopped
 
 	probe := time.NewTicker(200 * time.Millisecond)
 	defer probe.Stop()
@@ -204,7 +198,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			w.log.event(lineStopped, stoppedGaveUp, nowNano())
 			return exitStatus{code: workerExitGaveUp}
 		case <-probe.C:
-			if !stoppedByItself(conn, c.queue) {
+			if !stoppedByItself(conn, queue) {
 				continue
 			}
 			// It stopped without our asking: a connection declared dead
@@ -215,6 +209,74 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			return exitStatus{code: workerExitHBErrors}
 		}
 	}
+}
+
+// setupFailed ends a worker whose queues could not all be set up: asked to
+// stop meanwhile (SIGTERM), or its connection stopped by itself before it
+// was done, or a failure.
+func (w *soakWorker) setupFailed(ctx context.Context, conn redq.Connection, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		waitClosed(conn.StopAllConsuming(), 30*time.Second)
+		w.log.event(lineStopped, stoppedAsked, nowNano())
+		return nil
+	case errors.Is(err, redq.ErrorConsumingStopped):
+		waitClosed(conn.StopAllConsuming(), 30*time.Second)
+		w.log.event(lineStopped, stoppedHB, nowNano())
+		return exitStatus{code: workerExitHBErrors}
+	}
+	<-conn.StopAllConsuming()
+	return exitStatus{workerExitFailed, err}
+}
+
+// startQueue opens a queue, starts consuming it with the worker's
+// consumers and batch consumers, and returns a second handle of it for
+// Take. seed sets the queue's work times apart from the other queues'.
+func (w *soakWorker) startQueue(ctx context.Context, conn redq.Connection, name string, seed uint64) (redq.Queue, error) {
+	c := w.c
+	var q, tq redq.Queue
+	err := retryFor(ctx, 30*time.Second, func() error {
+		var err error
+		if q == nil {
+			if q, err = conn.OpenQueue(name); err != nil {
+				return err
+			}
+		}
+		tq, err = conn.OpenQueue(name) // a handle of its own for Take
+		return err
+	})
+	if err == nil {
+		err = retryFor(ctx, 30*time.Second, func() error { return q.StartConsuming(c.prefetch, 100*time.Millisecond) })
+	}
+	for i := 0; err == nil && i < c.consumers; i++ {
+		rng := rand.New(rand.NewPCG(c.seed, seed+uint64(i)))
+		err = retryFor(ctx, 30*time.Second, func() error {
+			_, err := q.AddConsumerFunc("single", func(d redq.Delivery) {
+				m := d.(redq.Message)
+				w.log.take(lineGot, m, "")
+				w.work(rng)
+				w.ack(m)
+			})
+			return err
+		})
+	}
+	for i := 0; err == nil && i < c.batchConsumers; i++ {
+		rng := rand.New(rand.NewPCG(c.seed, seed+uint64(100+i)))
+		err = retryFor(ctx, 30*time.Second, func() error {
+			_, err := q.AddBatchConsumerFunc("batch", 10, 20*time.Millisecond, func(b redq.Deliveries) {
+				for _, d := range b {
+					w.log.take(lineGot, d, "")
+					w.work(rng)
+				}
+				w.ackBatch(b)
+			})
+			return err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue %s: %w", name, err)
+	}
+	return tq, nil
 }
 
 // stoppedByItself reports whether the connection stopped consuming: it
@@ -333,7 +395,7 @@ func retryFor(ctx context.Context, limit time.Duration, f func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
 		err := f()
-		if err == nil || errors.Is(err, redq.ErrorInvalidArgument) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, redq.ErrorInvalidArgument) || errors.Is(err, redq.ErrorConsumingStopped) || time.Now().After(deadline) {
 			return err
 		}
 		select {
