@@ -2,7 +2,6 @@ package redq
 
 import (
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,10 +74,4 @@ func BenchmarkPublishWaitReplicas(b *testing.B) {
 			b.ReportMetric(w/p, "wait/plain")
 		})
 	}
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
