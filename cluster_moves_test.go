@@ -200,3 +200,70 @@ func TestStagedPushFinishedByCleanerAfterCrash(t *testing.T) {
 		}
 	})
 }
+
+// Destroy finishes the moves staged in the queue's outbox before it
+// unlists the queue (no cleaner would finish them after that).
+func TestDestroyFinishesStagedMoves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "destroy", namespace())
+		c.forceStaged = true
+		c.afterStage = runtime.Goexit
+		q := openQueue(t, c, "work")
+		dst := openQueue(t, c, "failed")
+		q.SetPushQueue(dst)
+		if err := q.Publish("x"); err != nil {
+			t.Fatal(err)
+		}
+		d := take(t, q, 1)[0]
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = d.Push()
+		}()
+		<-done
+		if len(outbox(t, q)) != 1 {
+			t.Fatal("nothing staged")
+		}
+		if _, _, err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := dst.Drain(10); len(got) != 1 || got[0] != "x" {
+			t.Fatalf("push queue holds %v, want [x]", got)
+		}
+	})
+}
+
+// A lease can only be ended by a call that declares its connection's
+// storage. With more connections holding expired leases than one call
+// declares (maxOthers), one Clean still returns every delivery: it comes
+// back for the connections the script names, round after round.
+func TestCleanReturnsLeasesOfManyConnections(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		clock := &redisClock{b: b}
+		clock.freeze()
+		ttr := time.Minute
+		if b.mini == nil {
+			ttr = 200 * time.Millisecond
+		}
+		const holders = maxOthers + 5
+		admin := openT(t, b, "admin", ns)
+		q := openQueue(t, admin, "jobs")
+		for i := 0; i < holders; i++ {
+			mustPut(t, q, "p", TTR(ttr))
+		}
+		for i := 0; i < holders; i++ {
+			hq := openQueue(t, openT(t, b, "holder", ns), "jobs")
+			take(t, hq, 1)
+		}
+		clock.advance(ttr + time.Second)
+		n, err := NewCleaner(admin).Clean()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != holders {
+			t.Fatalf("clean returned %d, want %d", n, holders)
+		}
+		wantCounts(t, admin, "jobs", holders, 0, 0)
+	})
+}

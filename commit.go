@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +32,11 @@ type committer struct {
 
 // Settle modes, as settle.lua reads them.
 const (
-	modeAck  = "A" // delete
-	modeTail = "L" // move to the tail of rejected (taken last)
-	modePush = "P" // move to the tail of another queue's ready (its dest)
-	modeHead = "R" // move to the head of a list (taken next)
+	modeAck      = "A" // delete
+	modeAckPlain = "a" // delete takes none of which is keyed (a shorter KEYS)
+	modeTail     = "L" // move to the tail of rejected (taken last)
+	modePush     = "P" // move to the tail of another queue's ready (its dest)
+	modeHead     = "R" // move to the head of a list (taken next)
 )
 
 // States of a settle request: a caller whose context ends while its
@@ -167,7 +169,12 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 		for _, id := range cl.ids {
 			args = append(args, id)
 		}
-		cl.rc.scriptCall = scriptCall{scripts.settle, q.keys.scriptKeys("", dest, q.ownConn), args}
+		keys := q.keys.scriptKeys("", dest, q.ownConn)
+		if cl.key.mode == modeAck && !anyKeyed(cl.ids) {
+			args[1] = modeAckPlain
+			keys = q.ackKeys
+		}
+		cl.rc.scriptCall = scriptCall{scripts.settle, keys, args}
 		cl.rc.report = func(err error, n int) {
 			seen := map[*settleRequest]bool{}
 			for _, p := range cl.parts {
@@ -243,4 +250,15 @@ func (p *fieldPool) put(f string) {
 	p.mu.Lock()
 	p.free = append(p.free, f)
 	p.mu.Unlock()
+}
+
+// anyKeyed reports whether a take of ids is of a keyed item (its field
+// ends with 'k': see fetch.lua).
+func anyKeyed(ids []string) bool {
+	for _, id := range ids {
+		if strings.HasSuffix(id, "k") {
+			return true
+		}
+	}
+	return false
 }

@@ -245,6 +245,12 @@ func (k queueKeys) scriptKeys(own string, dest *queueKeys, conns ...[]string) []
 	return out
 }
 
+// ackKeys is the short KEYS of settle.lua's acks of plain takes (mode
+// 'a'): consumers, leases and conn's storage.
+func (k queueKeys) ackKeys(conn string) []string {
+	return append([]string{k.consumers, k.block[3] /* leases */}, k.connKeys(conn)...)
+}
+
 // block0 is the KEYS of a script on the queue alone: no own key, no
 // connection.
 func (k queueKeys) block0() []string { return k.scriptKeys("", nil) }

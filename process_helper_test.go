@@ -63,6 +63,8 @@ func runHelper(name string) int {
 		return procChildZombie()
 	case "leasehold":
 		return procChildLeaseHold() // process_lease_test.go
+	case "stagepush":
+		return procChildStagePush() // cluster_moves_cluster_test.go
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", name)
 	return 2

@@ -170,8 +170,9 @@ type redisQueue struct {
 	keys       queueKeys
 	unackedKey string
 	repliesKey string
-	// ownConn is the connection's storage for the queue (connKeys).
-	ownConn []string
+	// ownConn is the connection's storage for the queue (connKeys), and
+	// ackKeys the KEYS of an ack of plain takes (queueKeys.ackKeys).
+	ownConn, ackKeys []string
 	// others holds connections whose leases of this queue ran out and
 	// whose storage the next fetch declares (see fetch.lua); guarded by mu.
 	others    []string
@@ -214,6 +215,7 @@ func newQueue(c *redisConnection, name string, o queueOptions) *redisQueue {
 func (q *redisQueue) setKeys(k queueKeys) {
 	q.keys, q.unackedKey, q.repliesKey = k, k.unacked(q.conn.name), k.replies(q.conn.name)
 	q.ownConn = k.connKeys(q.conn.name)
+	q.ackKeys = k.ackKeys(q.conn.name)
 }
 
 func (q *redisQueue) String() string { return q.name }
@@ -894,6 +896,12 @@ func (q *redisQueue) Destroy() (readyCount, rejectedCount int64, err error) {
 }
 
 func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCount int64, err error) {
+	// deliveries staged for a push queue in another slot are on their way
+	// there, not the queue's: they arrive before the queue is unlisted
+	// (after that no cleaner would finish their move)
+	if _, err := q.finishStaged(ctx); err != nil {
+		return 0, 0, err
+	}
 	n, err := q.purge(ctx, "rjd")
 	if err != nil {
 		return 0, 0, err

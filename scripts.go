@@ -11,12 +11,12 @@ import (
 )
 
 // The Lua scripts live in scripts/*.lua, one per atomic move. Each touches
-// keys of one hash slot only: the global tag, or one queue's tag (settle.lua
-// pushing to another queue is the one exception). The queue scripts share
-// the helpers of scripts/lib.lua, those each uses put in front of it; they get
-// the queue's key prefix and derive the keys that depend on data (priority
-// levels, other connections' storage) from it, and their first key routes
-// the call to the queue's slot.
+// only the keys it is given in KEYS, and keys of one hash slot only: the
+// global tag, or one queue's tag (a push from one queue to another of the
+// same slot touches both; between slots a push is staged, see move.go). The
+// queue scripts share the helpers of scripts/lib.lua, those each uses put
+// in front of it, and take their keys in one layout (scriptKeys in
+// keys.go); their first key routes the call to the queue's slot.
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS

@@ -2,10 +2,12 @@
 -- when it has a pending item or a parked successor, whose envelope and
 -- update count are given; running is 1 while a delivery of the key is
 -- taken (its envelope is given when nothing is pending); envelope is ''
--- when the key has neither.
+-- when the key has neither. When the key runs on a connection whose
+-- storage the call did not declare, it answers {-1, connection} and the
+-- caller asks again with that connection's storage.
 --
 -- KEYS: the queue's keys, with the storage of the connection the caller
--- believes runs the key (see scriptKeys in keys.go)
+-- believes runs the key, if any (see scriptKeys in keys.go)
 -- ARGV[1] key
 local P, key = queue_keys(), ARGV[1]
 local running = redis.call('HGET', P.krun, key)

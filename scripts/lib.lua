@@ -88,7 +88,9 @@ local function queue_keys(dest)
     D = queue_at(last + 1)
   end
   for i = QLEN + 2, last, 4 do
-    P.conns[string.match(KEYS[i], '[^:]*$')] = {uk = KEYS[i], rk = KEYS[i + 1], lost = KEYS[i + 2], done = KEYS[i + 3]}
+    -- the connection's name is what follows ':unacked:' (a prefix holds no
+    -- such part: names hold no colon)
+    P.conns[string.match(KEYS[i], ':unacked:(.*)$')] = {uk = KEYS[i], rk = KEYS[i + 1], lost = KEYS[i + 2], done = KEYS[i + 3]}
   end
   return P, KEYS[QLEN + 1], D
 end

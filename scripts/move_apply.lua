@@ -8,8 +8,9 @@
 -- there was applied already (the same step sent again, by the pusher after
 -- a lost reply or by a cleaner finishing a move whose pusher died) and
 -- lands nothing. Step 3 deletes the outbox entries (HDEL, in the source's
--- slot). Records are kept MOVED_KEEP: a staged move left unfinished that
--- long (no cleaner ran for a day) would be applied again.
+-- slot). Records are kept MOVED_KEEP (and the set expires that long after
+-- the last move): a staged move left unfinished that long (no cleaner ran
+-- for a day) would be applied again.
 -- Returns how many it applied.
 --
 -- KEYS: the destination queue's keys (see scriptKeys in keys.go)
@@ -34,4 +35,5 @@ for i = 2, #ARGV, 2 do
   end
 end
 redis.call('ZREMRANGEBYSCORE', D.moved, '-inf', now - MOVED_KEEP)
+redis.call('PEXPIRE', D.moved, MOVED_KEEP)
 return applied
