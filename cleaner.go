@@ -280,7 +280,6 @@ func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, erro
 // next call declares them.
 func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 	var returned int64
-	declared := map[string]bool{}
 	var others []string
 	for {
 		conns := make([][]string, len(others))
@@ -299,18 +298,36 @@ func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
 		returned += ns[0]
-		// come back with the connections named that were not declared yet
-		// (one named again although declared cannot be served: skip it)
-		more := false
+		// come back with the connections named (at most maxOthers a
+		// call), unless the call declared just those and ended no lease:
+		// then they cannot be served, and asking again would not end
+		var need []string
 		for _, x := range v[3:] {
-			if c, ok := x.(string); ok && !declared[c] && len(others) < maxOthers {
-				declared[c] = true
-				others = append(others, c)
-				more = true
+			if c, ok := x.(string); ok && len(need) < maxOthers {
+				need = append(need, c)
 			}
 		}
+		more := len(need) > 0 && (ns[0] > 0 || !sameNames(need, others))
+		others = need
 		if !more && ns[0] < fetchChunk && ns[1] < fetchChunk && ns[2] < fetchChunk {
 			return returned, nil
 		}
 	}
+}
+
+// sameNames reports whether a and b hold the same names.
+func sameNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	in := make(map[string]bool, len(b))
+	for _, x := range b {
+		in[x] = true
+	}
+	for _, x := range a {
+		if !in[x] {
+			return false
+		}
+	}
+	return true
 }

@@ -232,3 +232,38 @@ func TestDestroyFinishesStagedMoves(t *testing.T) {
 		}
 	})
 }
+
+// A lease can only be ended by a call that declares its connection's
+// storage. With more connections holding expired leases than one call
+// declares (maxOthers), one Clean still returns every delivery: it comes
+// back for the connections the script names, round after round.
+func TestCleanReturnsLeasesOfManyConnections(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		clock := &redisClock{b: b}
+		clock.freeze()
+		ttr := time.Minute
+		if b.mini == nil {
+			ttr = 200 * time.Millisecond
+		}
+		const holders = maxOthers + 5
+		admin := openT(t, b, "admin", ns)
+		q := openQueue(t, admin, "jobs")
+		for i := 0; i < holders; i++ {
+			mustPut(t, q, "p", TTR(ttr))
+		}
+		for i := 0; i < holders; i++ {
+			hq := openQueue(t, openT(t, b, "holder", ns), "jobs")
+			take(t, hq, 1)
+		}
+		clock.advance(ttr + time.Second)
+		n, err := NewCleaner(admin).Clean()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != holders {
+			t.Fatalf("clean returned %d, want %d", n, holders)
+		}
+		wantCounts(t, admin, "jobs", holders, 0, 0)
+	})
+}
