@@ -17,7 +17,7 @@ import (
 	"github.com/redq/redq/internal/redistest"
 )
 
-// Keyed deliveries (issue 11): every rule on miniredis, whose clock the
+// Keyed deliveries: every rule on miniredis, whose clock the
 // tests move by hand (schedClock), and on real Redis, with short real
 // delays and generous bounds.
 

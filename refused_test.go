@@ -17,7 +17,7 @@ import (
 // A Redis that refuses writes (out of memory under noeviction, or a replica
 // during a failover) gets a typed error to the caller and on the error
 // channel; nothing is lost, and consuming resumes once Redis accepts writes
-// again (issue 10, bad input). These change the server's configuration, so
+// again (bad input). These change the server's configuration, so
 // they run on a private redis-server.
 func TestWritesRefusedAreTypedAndConsumingResumes(t *testing.T) {
 	cases := []struct {

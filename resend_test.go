@@ -13,8 +13,8 @@ import (
 	"github.com/redq/redq/internal/redistest"
 )
 
-// The verbs answer what happened in Redis whatever happens to their reply
-// (issue 10): each test below loses a reply on purpose through procProxy
+// The verbs answer what happened in Redis whatever happens to their reply:
+// each test below loses a reply on purpose through procProxy
 // and changes Redis before the client sends its call again.
 
 // faultRig is a Redis with a proxy in front: admin talks to Redis

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Tests of scheduling (issue 4): Delay and At, waking idle consumers at the
+// Tests of scheduling: Delay and At, waking idle consumers at the
 // earliest due time, priorities, TTL, publish defaults, bad input, the new
 // stats and the management verbs and the cleaner on scheduled deliveries.
 //

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The keyed and timer workloads (issue 11): upserts of keyed deliveries
+// The keyed and timer workloads: upserts of keyed deliveries
 // and the bytes a pending one costs (redq only: none of the peers has
 // keyed items), and timers side by side with the rimer-style baseline
 // (rimer.go): fire lateness, fires per second, fires lost when a consumer

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The round workloads (issue 12) compare redq's Round with a baseline
+// The round workloads compare redq's Round with a baseline
 // written from the design it replaces, the timestamp round queue (see
 // seedround.go), on the same measurements: hand-outs per second one at a
 // time and 100 per call, duplicates within a period, fairness, freshness
