@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -78,9 +79,12 @@ func (q *redisQueue) pushStaged(ctx context.Context, p *redisQueue, reg *registr
 
 // finishMoves runs steps 2 and 3 for the outbox entries of q named by
 // fields (entries gone already were finished by someone else) and reports
-// how many moves it applied.
+// how many moves it applied. With WithWaitReplicas, moves whose
+// destination's replicas did not confirm them stay in the outbox for a
+// cleaner to apply again, and the error matches ErrorNotReplicated.
 func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, error) {
 	var applied int64
+	var notReplicated error
 	for len(fields) > 0 {
 		chunk := fields[:min(len(fields), stagedMoveChunk)]
 		fields = fields[len(chunk):]
@@ -94,8 +98,8 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 			return applied, fmt.Errorf("redq: read the outbox of %q: %w", q.name, err)
 		}
 		byDest := map[string][]any{}
+		fieldsOf := map[string][]string{}
 		var order []string
-		var done []string
 		for i, v := range vals {
 			s, ok := v.(string)
 			if !ok {
@@ -110,21 +114,40 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 				order = append(order, dest)
 			}
 			byDest[dest] = append(byDest[dest], chunk[i], env)
-			done = append(done, chunk[i])
+			fieldsOf[dest] = append(fieldsOf[dest], chunk[i])
 		}
+		var done []string
 		for _, dest := range order {
 			keys := newQueueKeys(q.conn.opts.namespace, dest).block0()
 			args := append([]any{q.name}, byDest[dest]...)
 			var n int64
+			var waited error // with WithWaitReplicas: replicas missing
 			err := q.conn.resend(ctx, func(ctx context.Context) error {
-				var err error
-				n, err = scripts.moveApply.Run(ctx, q.conn.client, keys, args...).Int64()
-				return err
+				v, err := q.conn.runScript(ctx, scriptCall{scripts.moveApply, keys, args})
+				if errors.Is(err, ErrorNotReplicated) {
+					waited, err = err, nil
+				}
+				if err != nil {
+					return err
+				}
+				var ok bool
+				if n, ok = v.(int64); !ok {
+					return fmt.Errorf("%w: move_apply gave %T", errBadReply, v)
+				}
+				return nil
 			}, nil)
 			if err != nil {
 				return applied, fmt.Errorf("redq: apply moves from %q to %q: %w", q.name, dest, err)
 			}
 			applied += n
+			if waited != nil {
+				// The destination's replicas may not have the moves: keep
+				// them in the outbox (replicated) until a cleaner applies
+				// them again, which the moved set makes land once.
+				notReplicated = fmt.Errorf("redq: apply moves from %q to %q: %w", q.name, dest, waited)
+				continue
+			}
+			done = append(done, fieldsOf[dest]...)
 		}
 		if len(done) > 0 {
 			err := q.conn.resend(ctx, func(ctx context.Context) error {
@@ -135,7 +158,7 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 			}
 		}
 	}
-	return applied, nil
+	return applied, notReplicated
 }
 
 // parseStaged splits an outbox entry, ms|destination|envelope.
@@ -154,6 +177,7 @@ func parseStaged(s string) (dest, env string, ok bool) {
 // the same time land once all the same.
 func (q *redisQueue) finishStaged(ctx context.Context) (int64, error) {
 	var applied int64
+	var waited error
 	cursor := uint64(0)
 	for {
 		fields, next, err := q.conn.client.HScan(ctx, q.keys.outbox, cursor, "*", stagedMoveChunk).Result()
@@ -166,11 +190,14 @@ func (q *redisQueue) finishStaged(ctx context.Context) (int64, error) {
 		}
 		n, err := q.finishMoves(ctx, names)
 		applied += n
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrorNotReplicated):
+			waited = err // those stay staged; go on with the rest
+		case err != nil:
 			return applied, err
 		}
 		if next == 0 {
-			return applied, nil
+			return applied, waited
 		}
 		cursor = next
 	}

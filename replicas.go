@@ -179,15 +179,21 @@ func (c *redisConnection) runScript(ctx context.Context, sc scriptCall) (any, er
 }
 
 // sendReplicated is sendOnce's send with WithWaitReplicas: the calls are
-// sent per node, each group on one connection of its node and followed by
-// a WAIT there, the groups at the same time. It returns each call's
+// sent per node and slot, each group on one connection of its node and
+// followed by a WAIT there, the groups at the same time. It returns each call's
 // command and, for the calls that Redis carried out, the *ReplicationError
 // of their group's wait, if any.
 func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembered) ([]*redis.Cmd, []error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	waits := make([]error, len(calls))
-	groups := map[*redis.Client][]int{}
-	var order []*redis.Client
+	// One group per node and slot: a group of large publishes is one
+	// transaction, which cannot span slots even on one node.
+	type place struct {
+		node *redis.Client
+		slot uint16
+	}
+	groups := map[place][]int{}
+	var order []place
 	for i, call := range calls {
 		key := call.firstKey()
 		node, err := c.nodeFor(ctx, key)
@@ -196,14 +202,15 @@ func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembere
 			cmds[i].SetErr(err)
 			continue
 		}
-		if groups[node] == nil {
-			order = append(order, node)
+		at := place{node, keySlot(key)}
+		if groups[at] == nil {
+			order = append(order, at)
 		}
-		groups[node] = append(groups[node], i)
+		groups[at] = append(groups[at], i)
 	}
 	var wg sync.WaitGroup
-	for _, node := range order {
-		idx := groups[node]
+	for _, at := range order {
+		idx, node := groups[at], at.node
 		wg.Go(func() {
 			group := make([]*remembered, len(idx))
 			for j, i := range idx {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -245,6 +246,41 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 			if err := d.Ack(); err != nil {
 				t.Fatalf("ack with the replica in sync: %v", err)
 			}
+		}
+	}
+	// Large publishes to two slots of one node, flushed together: one
+	// transaction per slot (a transaction cannot span slots).
+	large := make([]string, 11)
+	for i := range large {
+		large[i] = "large-" + strconv.Itoa(i)
+	}
+	q3, err := q.conn.openQueue(ctx, "other") // q's connection: one publisher
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 20
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for i := 0; i < 2; i++ {
+			for _, qq := range []*redisQueue{q, q3} {
+				wg.Go(func() { errs <- qq.Publish(large...) })
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("large publishes to two slots, round %d: %v", r, err)
+			}
+		}
+	}
+	for _, qq := range []*redisQueue{q, q3} {
+		if n, err := client.LLen(ctx, qq.keys.ready).Result(); err != nil || n != 2*rounds*11 {
+			t.Fatalf("%s ready after the large publishes: %d, %v; want %d", qq.name, n, err, 2*rounds*11)
+		}
+		if _, err := qq.PurgeReady(); err != nil {
+			t.Fatal(err)
 		}
 	}
 	short := open(300 * time.Millisecond)

@@ -207,12 +207,34 @@ func (c *redisConnection) clarify(ctx context.Context, call func(context.Context
 	if err == nil {
 		return nil
 	}
-	if k := classify(err); k != failUnknown && k != failUnreached {
+	if k := classify(err); k != failUnknown && k != failUnreached && c.clarifies(err) {
 		// Redis answered: what it said stands for every send before.
 		s.count++
 		s.ambiguous, s.last, s.kind = false, err, k
 	}
 	return s.err()
+}
+
+// clarifies reports whether err, the answer to a clarifying send, tells
+// what became of the sends before it. A refusal does only when it came
+// from the server those sends went to: on a cluster client the slot map
+// may have been reloaded in between (the send cut short may have run on
+// another node), and a redirection or a cluster-wide refusal says nothing
+// of what another node did.
+func (c *redisConnection) clarifies(err error) bool {
+	var redisErr redis.Error
+	if !errors.As(err, &redisErr) || classify(err) != failRefused && classify(err) != failOOM {
+		return true // done, or an answer a resend would get again
+	}
+	if _, ok := c.client.(*redis.ClusterClient); ok {
+		return false
+	}
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN ", "CLUSTERDOWN "} {
+		if strings.HasPrefix(redisErr.Error(), p) {
+			return false
+		}
+	}
+	return true
 }
 
 // remembered is one script call that Redis remembers by a field and a
