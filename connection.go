@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -415,6 +416,12 @@ func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 			c.topologyChanged(err)
 			errCount++
 			c.report(&HeartbeatError{RedisErr: err, Count: errCount})
+			if errors.Is(err, redis.ErrClosed) {
+				// The program closed the client: nothing will ever reach
+				// Redis through it again, so there is nothing to wait for.
+				go c.StopAllConsuming()
+				return
+			}
 			if errCount >= c.opts.heartbeatErrorLimit {
 				if c.opts.stopOnHeartbeatErrorLimit {
 					go c.StopAllConsuming()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redq/redq/internal/redistest"
@@ -146,6 +147,30 @@ func TestStopOnHeartbeatErrorLimitStopsForGood(t *testing.T) {
 			t.Fatalf("OpenQueue after the stop: %v, want ErrorConsumingStopped", err)
 		}
 	})
+}
+
+// A client the program closed never comes back: the connection stops
+// instead of trying for ever, so its goroutines end.
+func TestClosedClientStopsTheConnection(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	c, err := openConn(client, "closed", nil, namespace(), WithHeartbeat(10*time.Millisecond, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := openQueue(t, c, "jobs")
+	if err := q.StartConsuming(1, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the connection stops itself", c.isStopped)
+	select {
+	case <-c.StopAllConsuming():
+	case <-time.After(15 * time.Second):
+		t.Fatal("stop did not finish")
+	}
 }
 
 // outageRun is a worker connection consuming "jobs" with a consumer and
