@@ -438,6 +438,12 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 			st := mustStats(t, admin, queue).QueueStats[queue]
 			return st.Connections[hungConn].UnackedCount == 0 && st.ReadyCount == n
 		}, func() string { return fmt.Sprintf("cleaned %d; %s", cleanedSoFar(), procQueueState(admin, queue)) })
+		// Redis shows the return before the Clean call that made it has
+		// returned its count to the cleaner's goroutine.
+		deadline := time.Now().Add(5 * time.Second)
+		for cleanedSoFar() < k && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 		cleanMu.Lock()
 		if cleaned != k {
 			t.Errorf("the cleaner returned %d deliveries, the hung connection's leases were on %d", cleaned, k)
