@@ -52,30 +52,20 @@ const keyCheckPrelude = `local redis = (function(r)
     end
     return s == 'all'
   end
-  return setmetatable({
-    call = function(cmd, a1, ...)
+  local function wrap(f)
+    return function(cmd, a1, ...)
       if check(cmd, a1) then
         for _, k in ipairs({...}) do
           refuse(cmd, k)
         end
       end
       if a1 == nil then
-        return r.call(cmd)
+        return f(cmd)
       end
-      return r.call(cmd, a1, ...)
-    end,
-    pcall = function(cmd, a1, ...)
-      if check(cmd, a1) then
-        for _, k in ipairs({...}) do
-          refuse(cmd, k)
-        end
-      end
-      if a1 == nil then
-        return r.pcall(cmd)
-      end
-      return r.pcall(cmd, a1, ...)
-    end,
-  }, {__index = r})
+      return f(cmd, a1, ...)
+    end
+  end
+  return setmetatable({call = wrap(r.call), pcall = wrap(r.pcall)}, {__index = r})
 end)(redis)
 `
 
