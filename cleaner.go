@@ -62,11 +62,12 @@ func (cl *Cleaner) Clean() (int64, error) {
 // the cause. When the node of the namespace's global keys (the
 // connections and queues sets) does not answer, nothing can be cleaned and
 // the error says so.
-func (cl *Cleaner) CleanContext(ctx context.Context) (int64, error) {
+func (cl *Cleaner) CleanContext(ctx context.Context) (_ int64, err error) {
 	c, ok := cl.conn.(*redisConnection)
 	if !ok {
 		return 0, ErrorNotRedis
 	}
+	defer func() { c.logClean(err) }()
 	global := func(what string, err error) error {
 		c.topologyChanged(err)
 		return &CleanError{Global: fmt.Errorf("%s: %w", what, cleanCause(err))}

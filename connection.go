@@ -187,6 +187,8 @@ type redisConnection struct {
 	// cannot.
 	forceStaged bool
 	afterStage  func()
+
+	logs logState // problems going on, for WithLogger (logger.go)
 }
 
 func open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts []Option) (*redisConnection, error) {
@@ -342,6 +344,7 @@ func (c *redisConnection) awaitVerdict(reg *registration, done <-chan struct{}) 
 }
 
 func (c *redisConnection) report(err error) {
+	c.logReport(err)
 	if c.errChan == nil {
 		return
 	}
@@ -395,8 +398,10 @@ func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 			var seq uint64
 			c.update(func() { c.beatsSent++; seq = c.beatsSent })
 			var alive int
+			start := time.Now()
 			alive, err = scripts.heartbeat.Run(bctx, c.client, []string{c.keys.connections, c.keys.heartbeat(reg.name)},
 				reg.name, c.opts.heartbeatTTL.Milliseconds()).Int()
+			c.observe(EventHeartbeat, "", "", 1, start, err)
 			if err == nil && alive == 0 {
 				c.died(reg)
 				next = c.newName()
@@ -430,6 +435,9 @@ func (c *redisConnection) heartbeatLoop(ctx context.Context) {
 				c.update(func() { c.paused = true })
 			}
 			continue
+		}
+		if errCount > 0 {
+			c.logRecovered("heartbeat")
 		}
 		errCount = 0
 	}

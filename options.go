@@ -1,6 +1,9 @@
 package redq
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Defaults, chosen as rmq's so that a program moving over behaves the same.
 const (
@@ -29,6 +32,9 @@ type options struct {
 	// stop all consuming at the heartbeat error limit instead of pausing
 	// (see WithStopOnHeartbeatErrorLimit)
 	stopOnHeartbeatErrorLimit bool
+
+	logger   *slog.Logger // see WithLogger; nil: no logging
+	observer Observer     // see WithObserver; nil: none
 }
 
 func defaultOptions() options {

@@ -205,6 +205,9 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	default:
 		err = q.conn.publisher.pushDirect(ctx, q, args)
 	}
+	if q.conn.opts.observer != nil {
+		q.conn.observe(EventPublish, q.name, "", len(payloads), now, err)
+	}
 	if err != nil {
 		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
 	}

@@ -598,6 +598,9 @@ func (q *redisQueue) fetchLoop() {
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
 		got, hint, err := q.fetch(ctx, reg, want)
 		if err == nil && hint == hintCapped {
+			if errCount > 0 {
+				q.conn.logRecovered("queue " + q.name)
+			}
 			capped, errCount = true, 0
 			continue
 		}
@@ -622,6 +625,9 @@ func (q *redisQueue) fetchLoop() {
 				return
 			}
 			continue
+		}
+		if errCount > 0 {
+			q.conn.logRecovered("queue " + q.name)
 		}
 		errCount = 0
 	}
@@ -727,6 +733,9 @@ func waitFor(poll time.Duration, hint int64) time.Duration {
 func (q *redisQueue) fetch(ctx context.Context, reg *registration, n int64) (int, int64, error) {
 	sent := time.Now()
 	t, err := q.takeRaw(ctx, reg, n, q.fetchField(), q.fetchToken, q.prefetchLimit)
+	if q.conn.opts.observer != nil {
+		q.conn.observe(EventFetch, q.name, "", len(t.envs), sent, err)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1218,7 +1227,10 @@ func (q *redisQueue) fetchField() string { return "f" + strconv.FormatInt(q.hand
 // settle runs a verb ("ack", "reject" or "push") on takes of this queue
 // made under reg through the connection's committer; report names the
 // delivery in DeliveryErrors while the call is sent again.
-func (q *redisQueue) settle(ctx context.Context, verb string, reg *registration, ids []string, report *redisDelivery) (settleResult, error) {
+func (q *redisQueue) settle(ctx context.Context, verb string, reg *registration, ids []string, report *redisDelivery) (res settleResult, err error) {
+	if q.conn.opts.observer != nil {
+		defer func(start time.Time) { q.conn.observe(EventSettle, q.name, verb, len(ids), start, err) }(time.Now())
+	}
 	if verb == "ack" {
 		return q.conn.acks.settle(ctx, q, reg, modeAck, nil, ids, report)
 	}
