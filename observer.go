@@ -17,6 +17,12 @@ type Observer interface {
 	Observe(ev Event)
 }
 
+// ObserverFunc is a function that is an Observer.
+type ObserverFunc func(ev Event)
+
+// Observe calls f(ev).
+func (f ObserverFunc) Observe(ev Event) { f(ev) }
+
 // EventKind says which call an Event is about.
 type EventKind uint8
 
