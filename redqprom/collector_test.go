@@ -206,7 +206,7 @@ func TestCollectorMetrics(t *testing.T) {
 	src := &fakeSource{
 		queues: []redq.QueueInfo{{Name: "a", Ready: 3, Delayed: 4, Unacked: 5, Rejected: 6, KeyedPending: 7, Paused: true,
 			Consumers: 8, Connections: 9, Published: 10, Acked: 11, Rejects: 12, Retried: 13}},
-		conns: []redq.ConnectionInfo{{Name: "x", State: "active"}, {Name: "y", State: "dead"}, {Name: "z", State: "dead"}},
+		conns:  []redq.ConnectionInfo{{Name: "x", State: "active"}, {Name: "y", State: "dead"}, {Name: "z", State: "dead"}},
 		timers: map[string]redq.TimerStat{"alarms": {Pending: 2, Firing: 1}},
 		rounds: map[string]redq.RoundStat{"polls": {ItemCount: 4, DueCount: 2, OldestLag: 1500 * time.Millisecond, IssuedCount: 40, ExpiredCount: 3}},
 	}
