@@ -236,6 +236,7 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
 	}
 	token := d.q.conn.nextToken()
+	start := time.Now()
 	var code int64
 	var registered bool
 	var waited error // with WithWaitReplicas: replicas missing
@@ -257,6 +258,9 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	}, func(err error, count int) {
 		d.q.conn.report(&DeliveryError{Delivery: d, RedisErr: err, Count: count})
 	})
+	if d.q.conn.opts.observer != nil {
+		d.q.conn.observe(EventSettle, d.q.name, verb, 1, start, err)
+	}
 	d.q.signalRoom()
 	if err != nil {
 		return fmt.Errorf("redq: %s %v: %w", verb, d, err)

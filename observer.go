@@ -35,10 +35,12 @@ const (
 	// the queue was empty); the blocking wait of an idle queue is not in
 	// Duration.
 	EventFetch EventKind = iota + 1
-	// EventSettle is one settle request: an Ack, Reject or Push (Op says
-	// which) of a delivery, or of the deliveries of a batch of one queue
-	// (Count). Duration runs from the request to Redis's answer, so it
-	// includes the wait for the group commit to pick it up and any resends.
+	// EventSettle is one settle request: an Ack, Reject or Push of a
+	// delivery, or of the deliveries of a batch of one queue (Count), or a
+	// Release or Touch of a delivery (a handler's retries and final
+	// rejections are Releases and Rejects). Op says which. Duration runs
+	// from the request to Redis's answer, so it includes the wait for the
+	// group commit to pick it up and any resends.
 	EventSettle
 	// EventHeartbeat is one heartbeat refresh of the connection
 	// (Connection names it). Err is set when it failed.
@@ -69,7 +71,8 @@ type Event struct {
 	Kind EventKind
 	// Queue is the queue the call was for; "" for a heartbeat.
 	Queue string
-	// Op is the settle verb of an EventSettle: "ack", "reject" or "push".
+	// Op is the verb of an EventSettle: "ack", "reject", "push",
+	// "release" or "touch".
 	Op string
 	// Connection is the connection's full name at the time of the call.
 	// It is set on heartbeats only (other kinds leave it empty, to keep

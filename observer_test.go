@@ -1,6 +1,7 @@
 package redq
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -61,7 +62,7 @@ func TestObserverSeesCalls(t *testing.T) {
 		if err := q.StartConsuming(10, 10*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan Delivery, 5)
+		got := make(chan Delivery, 10)
 		if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +88,16 @@ func TestObserverSeesCalls(t *testing.T) {
 		}
 		if n, ev := rec.sum(EventSettle, "jobs", "reject"); n != 1 || ev != 1 {
 			t.Fatalf("reject events: %d in %d, want 1 in 1", n, ev)
+		}
+		if err := q.Publish("released"); err != nil {
+			t.Fatal(err)
+		}
+		if err := (<-got).(Message).Release(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		<-got // handed out again
+		if n, ev := rec.sum(EventSettle, "jobs", "release"); n != 1 || ev != 1 {
+			t.Fatalf("release events: %d in %d, want 1 in 1", n, ev)
 		}
 		// An ack of a delivery that is gone is Redis's answer, not an error.
 		if err := ds[0].Ack(); !errors.Is(err, ErrorNotFound) {
