@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/redq/redq"
 	"github.com/redq/redq/redqprom"
@@ -27,25 +28,25 @@ func Example() {
 	defer client.Close()
 	ctx := context.Background()
 
+	mux := http.NewServeMux() // your server's
 	// metrics: begin
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil)) // your logger
-	redis.SetLogger(redq.RedisLogger(logger))                // go-redis's own lines, de-duplicated
-
+	logger := slog.Default()
+	redis.SetLogger(redq.RedisLogger(logger)) // go-redis's own lines, de-duplicated
 	observer := redqprom.NewObserver()
 	conn, err := redq.Open(ctx, "worker", client, nil, redq.WithLogger(logger), redq.WithObserver(observer))
 	if err != nil {
 		panic(err)
 	}
-	defer func() { <-conn.StopAllConsuming() }()
 	inspector, err := redq.NewInspector(client)
 	if err != nil {
 		panic(err)
 	}
-	registry := prometheus.NewRegistry()
+	registry := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	registry.MustRegister(redqprom.NewCollector(inspector), observer)
-	mux := http.NewServeMux() // or your server's
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	// metrics: end
+	defer func() { <-conn.StopAllConsuming() }()
+	defer logging.Enable() // go-redis's default logger again
 
 	queue, _ := conn.OpenQueue("emails")
 	_ = queue.Publish("hello")
