@@ -25,7 +25,6 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
 }
 
-
 // medianOf runs f runs times and returns the median duration.
 func medianOf(runs int, f func()) time.Duration {
 	ds := make([]time.Duration, runs)
