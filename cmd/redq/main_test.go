@@ -544,4 +544,3 @@ func TestRejectedOperations(t *testing.T) {
 		}
 	})
 }
-
