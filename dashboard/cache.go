@@ -256,3 +256,10 @@ func (c *overviewCache) invalidate() {
 	defer c.mu.Unlock()
 	c.dirty = true
 }
+
+// invalidate forgets every cached history.
+func (c *historyCache) invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = nil
+}
