@@ -1,0 +1,35 @@
+package dashboard
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/redq/redq"
+)
+
+func TestQueueNameWithSlash(t *testing.T) {
+	f := newFakeSource()
+	f.add("billing/invoices", redq.DeliveryInfo{ID: "cc01", State: redq.StateRejected, Payload: []byte("inv")})
+	for _, prefix := range []string{"", "/redq"} {
+		b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true, PathPrefix: prefix}), prefix)
+		_, body := b.get("/")
+		if !strings.Contains(body, `href="`+prefix+`/queues/billing%2Finvoices"`) {
+			t.Fatalf("overview link to billing/invoices missing:\n%s", body)
+		}
+		for _, path := range []string{"/queues/billing%2Finvoices?state=rejected", "/queues/billing%2Finvoices/deliveries/cc01"} {
+			code, body := b.get(path)
+			if code != http.StatusOK || !strings.Contains(body, "inv") {
+				t.Errorf("%s GET %s: %d", prefix, path, code)
+			}
+		}
+		tok := b.token("/queues/billing%2Finvoices?state=rejected")
+		code, _ := b.post("/queues/billing%2Finvoices/actions/pause", map[string][]string{"csrf": {tok}})
+		if code != http.StatusSeeOther {
+			t.Errorf("%s pause billing/invoices: %d", prefix, code)
+		}
+	}
+	if calls := f.actions(); len(calls) != 2 || calls[0] != "paused=true billing/invoices" {
+		t.Errorf("actions %v", calls)
+	}
+}
