@@ -45,6 +45,7 @@ type overviewBody struct {
 	Timers      []timerRow
 	Rounds      []roundRow
 	ChartFailed bool
+	NoData      bool // Redis has not been read yet
 }
 
 func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +69,7 @@ func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 		p.Down = downText(err)
 		status = http.StatusServiceUnavailable
 		if d == nil {
-			p.Body = overviewBody{}
+			p.Body = overviewBody{NoData: true}
 			p.Stale = true
 			h.render(w, r, status, "overview", p)
 			return
