@@ -144,6 +144,18 @@ type Queue interface {
 	DrainContext(ctx context.Context, count int64) ([]string, error)
 	// RemoveContext is Remove with a context.
 	RemoveContext(ctx context.Context, payload string, count int64, removeFromRejected bool) error
+
+	// Pause pauses the queue for every connection: the state is kept in
+	// Redis, and until Resume no consumer, batch consumer, handler or Take
+	// of any connection gets a delivery of the queue; they wait without
+	// errors as on an empty queue. Publishes, upserts, acks, rejects, the
+	// cleaner and the promotion of due deliveries go on, so deliveries
+	// gather in ready. Pausing a paused queue does nothing.
+	Pause(ctx context.Context) error
+	// Resume ends a pause (see Pause) and wakes the waiting consumers and
+	// Take callers of every connection. Resuming a queue that is not
+	// paused does nothing.
+	Resume(ctx context.Context) error
 }
 
 const (
@@ -574,7 +586,7 @@ func (q *redisQueue) fetchLoop() {
 		if err := q.register(ctx, reg); err != nil {
 			errCount++
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("register for the queue: %w", err), Count: errCount})
-			if !q.pause(errCount) {
+			if !q.backoffWait(errCount) {
 				return
 			}
 			continue
@@ -618,7 +630,7 @@ func (q *redisQueue) fetchLoop() {
 			q.conn.topologyChanged(err)
 			errCount++
 			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: err, Count: errCount})
-			if !q.pause(errCount) {
+			if !q.backoffWait(errCount) {
 				return
 			}
 			continue
@@ -627,9 +639,9 @@ func (q *redisQueue) fetchLoop() {
 	}
 }
 
-// pause waits after the n-th consecutive failure of the fetch loop (see
+// backoffWait waits after the n-th consecutive failure of the fetch loop (see
 // backoff); false once consuming stops.
-func (q *redisQueue) pause(n int) bool {
+func (q *redisQueue) backoffWait(n int) bool {
 	select {
 	case <-q.stop:
 		return false

@@ -65,6 +65,9 @@ type QueueStat struct {
 	// KeyedParked counts the successors parked behind a running delivery
 	// of their key; they are in no other count.
 	KeyedParked int64 `json:"keyedParked"`
+	// Paused is true while the queue is paused (see Queue.Pause): no
+	// connection fetches from it until it is resumed.
+	Paused bool `json:"paused"`
 	// Connections holds, per connection registered for the queue, its
 	// unacked count, consumer count and whether it is alive.
 	Connections ConnectionStats `json:"connections"`

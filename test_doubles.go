@@ -138,6 +138,7 @@ type TestQueue struct {
 	// MaxWaits allow (zero: none).
 	keyed     map[string]KeyedItem
 	keyedWait map[string][2]time.Time
+	paused    bool
 }
 
 func (q *TestQueue) String() string { return q.name }
@@ -770,3 +771,29 @@ var (
 	_ Timers = (*redisTimers)(nil)
 	_ Fire   = redisFire{}
 )
+
+// Pause records that the queue is paused (see Paused). The test double
+// has no consumers, so nothing else changes: Take still returns
+// ErrorTimeout.
+func (q *TestQueue) Pause(context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.paused = true
+	return nil
+}
+
+// Resume records that the queue is no longer paused.
+func (q *TestQueue) Resume(context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.paused = false
+	return nil
+}
+
+// Paused reports whether the queue was paused (Pause) and not resumed
+// since.
+func (q *TestQueue) Paused() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.paused
+}
