@@ -335,3 +335,20 @@ func (f *fakeSource) Rounds(ctx context.Context) (map[string]redq.RoundStat, err
 var errFakeDown = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
 var _ http.Handler = (*handler)(nil)
+
+func (f *fakeSource) ListRound(ctx context.Context, round string, cursor string, limit int) (redq.RoundPage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down != nil {
+		return redq.RoundPage{}, f.down
+	}
+	st, ok := f.rounds[round]
+	if !ok {
+		return redq.RoundPage{}, fmt.Errorf("round %q: %w", round, redq.ErrorNotFound)
+	}
+	p := redq.RoundPage{Total: st.ItemCount}
+	for i := range min(int(st.ItemCount), limit) {
+		p.Items = append(p.Items, redq.RoundItemInfo{ID: fmt.Sprint(i), Data: []byte("site-" + fmt.Sprint(i)), NextDue: time.Now().Add(time.Minute)})
+	}
+	return p, nil
+}

@@ -66,6 +66,7 @@ func (h *handler) routes() {
 	m.HandleFunc("GET /queues/{queue}", h.serveQueue)
 	m.HandleFunc("GET /queues/{queue}/deliveries/{id}", h.serveDelivery)
 	m.HandleFunc("GET /queues/{queue}/deliveries/{id}/payload", h.servePayload)
+	m.HandleFunc("GET /rounds/{round}", h.serveRound)
 	m.HandleFunc("GET /api/overview", h.serveOverviewJSON)
 	m.HandleFunc("GET /assets/{file}", serveAsset)
 	m.Handle("POST /queues/{queue}/actions/{action}", h.cop.Handler(http.HandlerFunc(h.serveAction)))

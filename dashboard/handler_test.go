@@ -132,6 +132,7 @@ func TestPagesRender(t *testing.T) {
 				{"/queues/emails?state=unacked", []string{`data-id="aa05"`, "worker-1"}},
 				{"/queues/emails/deliveries/aa02", []string{"smtp: 550 mailbox unavailable", "&lt;script&gt;", `data-field="download"`}},
 				{"/queues/thumbs?state=ready", []string{"4.9 KiB", `class="trunc"`}},
+				{"/rounds/health", []string{`data-item="0"`, "site-11", "12 items in all"}},
 			}
 			for _, pg := range pages {
 				code, body := b.get(pg.path)
@@ -336,6 +337,7 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/queues/emails/deliveries/xyz!/payload", nil, 400, []string{"delivery id"}},
 		{"GET", "/?page=0", nil, 400, []string{"page number"}},
 		{"GET", "/nothing/here", nil, 404, []string{"Page not found"}},
+		{"GET", "/rounds/nosuch", nil, 404, []string{"No such round"}},
 		{"POST", "/queues/emails/actions/explode", url.Values{"csrf": {tok}}, 400, []string{"pause", "resume", "purge", "retry", "delete", "run-now", "cancel"}},
 		{"POST", "/queues/emails/actions/purge", url.Values{"csrf": {tok}, "state": {"unacked"}}, 400, []string{"ready", "delayed", "rejected"}},
 		{"POST", "/queues/emails/actions/retry", url.Values{"csrf": {tok}, "id": {"not-hex"}}, 400, []string{"delivery id"}},

@@ -426,3 +426,43 @@ func safeFileName(s string) string {
 		return '_'
 	}, s)
 }
+
+// roundBody is a round page's content.
+type roundBody struct {
+	Name   string
+	Stat   redq.RoundStat
+	Known  bool // Stat was read
+	Page   redq.RoundPage
+	Cursor string
+}
+
+func (h *handler) serveRound(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("round")
+	cursor := r.URL.Query().Get("cursor")
+	p := h.newPage(w, r, "Round "+name, "overview")
+	p.Live = true
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	key := "round " + r.URL.String()
+	page, err := h.src.ListRound(ctx, name, cursor, h.opts.PageSize)
+	switch kindOf(err) {
+	case errBadInput:
+		h.badInput(w, r, err)
+		return
+	case errNotFound:
+		h.failMsg(w, r, http.StatusNotFound, message{Heading: "No such round", Text: fmt.Sprintf("There is no round %q in namespace %q.", name, h.ns)})
+		return
+	}
+	if err != nil {
+		h.staleOr(p, key, err, roundBody{Name: name, Cursor: cursor})
+		h.render(w, r, http.StatusServiceUnavailable, "round", p)
+		return
+	}
+	body := roundBody{Name: name, Page: page, Cursor: cursor}
+	if d, _ := h.overview.get(ctx, h.src, h.opts.Refresh/2); d != nil {
+		body.Stat, body.Known = d.Rounds[name]
+	}
+	h.last.put(key, body)
+	p.Body = body
+	h.render(w, r, http.StatusOK, "round", p)
+}

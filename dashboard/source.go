@@ -28,6 +28,7 @@ type source interface {
 	Resume(ctx context.Context, queue string) error
 	Timers(ctx context.Context) (map[string]redq.TimerStat, error)
 	Rounds(ctx context.Context) (map[string]redq.RoundStat, error)
+	ListRound(ctx context.Context, round string, cursor string, limit int) (redq.RoundPage, error)
 }
 
 var _ source = (*redq.Inspector)(nil)
