@@ -78,3 +78,27 @@ func BenchmarkOverview(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkOverviewRender is the dashboard's own share of the overview of
+// 1,000 queues: an in-memory source stands in for Redis.
+//
+//	go test -run '^$' -bench OverviewRender -benchtime 200x -count 5 ./dashboard/
+func BenchmarkOverviewRender(b *testing.B) {
+	f := newFakeSource()
+	for i := range benchQueues {
+		f.add(fmt.Sprintf("queue-%04d", i), redq.DeliveryInfo{ID: "01", State: redq.StateReady})
+	}
+	h, err := newHandler(f, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		h.overview.invalidate()
+		h.history.invalidate()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code != http.StatusOK {
+			b.Fatalf("GET /: %d", w.Code)
+		}
+	}
+}

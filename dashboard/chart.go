@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,15 +39,22 @@ func peak(series ...[60]int64) int64 {
 	return m
 }
 
-// polyline draws s in a w×h box scaled to top.
+// polyline draws s in a w×h box scaled to top, with coordinates in tenths
+// of a unit (the SVG's viewBox is scaled to match).
 func polyline(b *strings.Builder, s [60]int64, top int64, x0, w, y0, h float64, class string) {
-	fmt.Fprintf(b, `<polyline class="%s" points="`, class)
+	b.WriteString(`<polyline class="`)
+	b.WriteString(class)
+	b.WriteString(`" points="`)
+	var num [24]byte
 	for i, v := range s {
 		y := y0 + h
 		if top > 0 {
 			y = y0 + h - float64(v)/float64(top)*h
 		}
-		fmt.Fprintf(b, "%.1f,%.1f ", x0+float64(i)*w/59, y)
+		b.Write(strconv.AppendInt(num[:0], int64((x0+float64(i)*w/59)*10+0.5), 10))
+		b.WriteByte(',')
+		b.Write(strconv.AppendInt(num[:0], int64(y*10+0.5), 10))
+		b.WriteByte(' ')
 	}
 	b.WriteString(`"/>`)
 }
@@ -63,7 +71,7 @@ func sparkline(pts []redq.RatePoint, now time.Time) template.HTML {
 		sum[1] += s[1][i]
 		sum[2] += s[2][i]
 	}
-	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 120 28" width="120" height="28" role="img" aria-label="last hour"><title>last hour: %d published, %d acked, %d rejected (peak %d a minute)</title>`, sum[0], sum[1], sum[2], top)
+	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 1200 280" width="120" height="28" role="img" aria-label="last hour"><title>last hour: %d published, %d acked, %d rejected (peak %d a minute)</title>`, sum[0], sum[1], sum[2], top)
 	polyline(&b, s[0], top, 1, 118, 2, 24, "s-pub")
 	polyline(&b, s[1], top, 1, 118, 2, 24, "s-ack")
 	if sum[2] > 0 {
@@ -80,7 +88,8 @@ func hourChart(pts []redq.RatePoint, now time.Time) template.HTML {
 	top := peak(s[0], s[1], s[2], s[3])
 	const W, H, left, bottom = 640.0, 150.0, 44.0, 18.0
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="deliveries per minute, last hour">`, W, H)
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="deliveries per minute, last hour">`, W*10, H*10)
+	b.WriteString(`<g transform="scale(10)">`)
 	for i := range 5 {
 		y := 6 + (H-bottom-6)*float64(i)/4
 		fmt.Fprintf(&b, `<line class="grid" x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f"/>`, left, W-4, y, y)
@@ -98,9 +107,6 @@ func hourChart(pts []redq.RatePoint, now time.Time) template.HTML {
 		}
 		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%.0f" text-anchor="%s">%s</text>`, x, H-3, anchor, label)
 	}
-	for i, class := range []string{"s-pub", "s-ack", "s-rej", "s-retry"} {
-		polyline(&b, s[i], top, left, W-4-left, 6, H-bottom-6, class)
-	}
 	// One invisible column per minute carries its numbers as a tooltip.
 	colW := (W - 4 - left) / 59
 	end := now.Truncate(time.Minute)
@@ -108,6 +114,10 @@ func hourChart(pts []redq.RatePoint, now time.Time) template.HTML {
 		m := end.Add(time.Duration(i-59) * time.Minute)
 		fmt.Fprintf(&b, `<rect class="hit" x="%.1f" y="0" width="%.1f" height="%.0f"><title>%s UTC: %d published, %d acked, %d rejected, %d retried</title></rect>`,
 			left+float64(i)*colW-colW/2, colW, H-bottom, m.UTC().Format("15:04"), s[0][i], s[1][i], s[2][i], s[3][i])
+	}
+	b.WriteString(`</g>`)
+	for i, class := range []string{"s-pub", "s-ack", "s-rej", "s-retry"} {
+		polyline(&b, s[i], top, left, W-4-left, 6, H-bottom-6, class)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
