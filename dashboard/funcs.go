@@ -108,9 +108,13 @@ func formatDur(d time.Duration) string {
 	case d < time.Minute:
 		return d.Round(100 * time.Millisecond).String()
 	case d < time.Hour:
-		return d.Round(time.Second).String()
+		s := d.Round(time.Second).String()
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		return s
 	}
-	return d.Round(time.Minute).String()
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
 // formatAgo prints how long ago (or in how long) t is.

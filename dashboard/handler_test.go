@@ -453,3 +453,14 @@ func TestOptions(t *testing.T) {
 		t.Error("actions lost pause")
 	}
 }
+
+func TestFormatDur(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-1: "—", 1500 * time.Microsecond: "2ms", 1500 * time.Millisecond: "1.5s", time.Minute: "1m",
+		90 * time.Second: "1m30s", time.Hour: "1h0m", 90 * time.Minute: "1h30m",
+	} {
+		if got := formatDur(d); got != want {
+			t.Errorf("formatDur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
