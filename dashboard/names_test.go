@@ -1,7 +1,10 @@
 package dashboard
 
 import (
+	"html"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -31,5 +34,30 @@ func TestQueueNameWithSlash(t *testing.T) {
 	}
 	if calls := f.actions(); len(calls) != 2 || calls[0] != "paused=true billing/invoices" {
 		t.Errorf("actions %v", calls)
+	}
+}
+
+func TestPagerKeepsSearch(t *testing.T) {
+	f := newFakeSource()
+	for _, id := range []string{"d1", "d2", "d3"} {
+		f.add("jobs", redq.DeliveryInfo{ID: id, State: redq.StateRejected, Payload: []byte("x a b+c/d " + id)})
+	}
+	b := newBrowser(t, mustHandler(t, f, Options{PageSize: 1}), "")
+	_, body := b.get("/queues/jobs?state=rejected&q=" + url.QueryEscape("a b+c/d"))
+	m := regexp.MustCompile(`data-field="next" href="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no next link:\n%s", body)
+	}
+	next := html.UnescapeString(m[1])
+	u, err := url.Parse(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Query().Get("q"); got != "a b+c/d" {
+		t.Errorf("next link %s searches %q", next, got)
+	}
+	code, body := b.get(next)
+	if code != http.StatusOK || !strings.Contains(body, `data-id="d2"`) || strings.Contains(body, `data-id="d1"`) {
+		t.Errorf("GET %s: %d, not the second page", next, code)
 	}
 }
