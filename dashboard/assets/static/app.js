@@ -11,6 +11,7 @@
   var toggle = document.getElementById("live-toggle");
   var paused = false;
   var timer = null;
+  var last = null;
 
   document.addEventListener("submit", function (e) {
     var msg = e.target.dataset && e.target.dataset.confirm;
@@ -45,7 +46,11 @@
     fetch(window.location.href, { headers: { "X-Redq-Poll": "1" }, credentials: "same-origin", cache: "no-store" })
       .then(function (r) { return r.json(); })
       .then(function (j) {
-        if (typeof j.html === "string" && j.html !== "") { live.innerHTML = j.html; }
+        // Replace only what changed, so a hovered chart keeps its tooltip.
+        if (typeof j.html === "string" && j.html !== "" && j.html !== last) {
+          live.innerHTML = j.html;
+          last = j.html;
+        }
         live.classList.toggle("stale", !!j.stale);
         showDown(j.down || "");
         if (j.updated && updated) {
