@@ -81,7 +81,26 @@ func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 
+// movedTo tells whether err says the delivery is no longer in a state the
+// action applies to (a consumer took it, or it was retried meanwhile), and
+// where it is now if known.
+func movedTo(err error) (string, bool) {
+	if errors.Is(err, redq.ErrorHeld) {
+		return string(redq.StateUnacked), true
+	}
+	var ae *redq.ArgumentError
+	if errors.As(err, &ae) && ae.Arg == "delivery state" {
+		return fmt.Sprint(ae.Value), true
+	}
+	return "", false
+}
+
 func (h *handler) actionFailed(w http.ResponseWriter, r *http.Request, action, queue, id, key, back string, err error) {
+	if now, ok := movedTo(err); ok {
+		text := fmt.Sprintf("Delivery %s moved meanwhile: it is %s now, and %s does not apply there (a consumer took it, or someone acted on it first). Nothing was changed.", id, now, action)
+		h.failMsg(w, r, http.StatusConflict, message{Heading: "It moved meanwhile", Text: text, Back: back})
+		return
+	}
 	switch kindOf(err) {
 	case errBadInput:
 		m := message{Heading: "Invalid request", Text: argMessage(err) + " Nothing was changed.", Back: back}
