@@ -34,6 +34,7 @@ var funcs = template.FuncMap{
 	"dur":         formatDur,
 	"preview":     previewPayload,
 	"headers":     sortedHeaders,
+	"rowHeaders":  rowHeaders,
 	"isZero":      func(t time.Time) bool { return t.IsZero() },
 	"upper":       strings.ToUpper,
 	"add":         func(a, b int) int { return a + b },
@@ -204,6 +205,22 @@ func sortedHeaders(h http.Header) []header {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// rowHeaders are the headers a list row shows: on the rejected tab the
+// error header is left out, since the reason column shows it.
+func rowHeaders(h http.Header, state string) []header {
+	all := sortedHeaders(h)
+	if state != "rejected" {
+		return all
+	}
+	out := all[:0]
+	for _, x := range all {
+		if x.Name != "Redq-Error" {
+			out = append(out, x)
+		}
+	}
 	return out
 }
 

@@ -464,3 +464,20 @@ func TestFormatDur(t *testing.T) {
 		}
 	}
 }
+
+func TestLastMinuteRates(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 30, 15, 0, time.UTC) // a quarter into the minute
+	pts := []redq.RatePoint{
+		{Minute: now.Truncate(time.Minute).Add(-2 * time.Minute), Published: 6000},
+		{Minute: now.Truncate(time.Minute).Add(-time.Minute), Published: 120, Acked: 60},
+		{Minute: now.Truncate(time.Minute), Published: 30, Rejected: 6},
+	}
+	r, ok := lastMinuteRates(pts, now)
+	// 30 this minute + three quarters of 120 = 120 in the last 60s: 2/s.
+	if !ok || r[0] != 2 || r[1] != 0.75 || r[2] != 0.1 {
+		t.Errorf("rates %v, %v; want [2 0.75 0.1]", r, ok)
+	}
+	if _, ok := lastMinuteRates(nil, now); ok {
+		t.Error("rates from no history")
+	}
+}

@@ -112,9 +112,8 @@ func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 		pts := hist[q.Name]
 		if rr, ok := rates[q.Name]; ok && haveRates {
 			row.Rates, row.HaveRates = rr, true
-		} else if last, ok := lastFullMinute(pts, d.At); ok {
-			row.Rates = [3]float64{float64(last.Published) / 60, float64(last.Acked) / 60, float64(last.Rejected) / 60}
-			row.HaveRates = true
+		} else if rr, ok := lastMinuteRates(pts, d.At); ok {
+			row.Rates, row.HaveRates = rr, true
 		}
 		if !row.HaveRates {
 			body.Total.HaveRates = false
@@ -137,18 +136,32 @@ func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, status, "overview", p)
 }
 
-// lastFullMinute returns the last minute of points that ended before now.
-func lastFullMinute(pts []redq.RatePoint, now time.Time) (redq.RatePoint, bool) {
-	cur := now.Truncate(time.Minute)
-	for i := len(pts) - 1; i >= 0; i-- {
-		if pts[i].Minute.Before(cur) {
-			if cur.Sub(pts[i].Minute) > time.Minute {
-				return redq.RatePoint{}, true // no traffic in the last full minute
-			}
-			return pts[i], true
-		}
+// lastMinuteRates estimates the published, acked and rejected per second
+// over the 60 seconds before now from per-minute points: the current
+// minute so far plus the share of the minute before that falls in the
+// window. ok is false without points.
+func lastMinuteRates(pts []redq.RatePoint, now time.Time) ([3]float64, bool) {
+	var r [3]float64
+	if len(pts) == 0 {
+		return r, false
 	}
-	return redq.RatePoint{}, len(pts) > 0
+	cur := now.Truncate(time.Minute)
+	prevShare := 1 - now.Sub(cur).Seconds()/60
+	for _, p := range pts {
+		var w float64
+		switch m := p.Minute.Truncate(time.Minute); {
+		case m.Equal(cur):
+			w = 1
+		case m.Equal(cur.Add(-time.Minute)):
+			w = prevShare
+		default:
+			continue
+		}
+		r[0] += w * float64(p.Published) / 60
+		r[1] += w * float64(p.Acked) / 60
+		r[2] += w * float64(p.Rejected) / 60
+	}
+	return r, true
 }
 
 // downText is the banner's text for an error reading Redis.
