@@ -72,11 +72,12 @@ func sparkline(pts []redq.RatePoint, now time.Time) template.HTML {
 		sum[2] += s[2][i]
 	}
 	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 1200 280" width="120" height="28" role="img" aria-label="last hour"><title>last hour: %d published, %d acked, %d rejected (peak %d a minute)</title>`, sum[0], sum[1], sum[2], top)
-	polyline(&b, s[0], top, 1, 118, 2, 24, "s-pub")
-	polyline(&b, s[1], top, 1, 118, 2, 24, "s-ack")
+	// Rejected first, so that on quiet minutes the baseline is not red.
 	if sum[2] > 0 {
 		polyline(&b, s[2], top, 1, 118, 2, 24, "s-rej")
 	}
+	polyline(&b, s[1], top, 1, 118, 2, 24, "s-ack")
+	polyline(&b, s[0], top, 1, 118, 2, 24, "s-pub")
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
@@ -116,8 +117,8 @@ func hourChart(pts []redq.RatePoint, now time.Time) template.HTML {
 			left+float64(i)*colW-colW/2, colW, H-bottom, m.UTC().Format("15:04"), s[0][i], s[1][i], s[2][i], s[3][i])
 	}
 	b.WriteString(`</g>`)
-	for i, class := range []string{"s-pub", "s-ack", "s-rej", "s-retry"} {
-		polyline(&b, s[i], top, left, W-4-left, 6, H-bottom-6, class)
+	for _, i := range []int{3, 2, 1, 0} { // published on top
+		polyline(&b, s[i], top, left, W-4-left, 6, H-bottom-6, []string{"s-pub", "s-ack", "s-rej", "s-retry"}[i])
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
