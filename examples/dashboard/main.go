@@ -61,9 +61,11 @@ func run(ctx context.Context, redisURL, addr string) error {
 	defer client.Close()
 	if redisURL == "" {
 		// An empty embedded Redis makes a dull page: add some traffic.
-		if err := startTraffic(ctx, client); err != nil {
+		stopTraffic, err := startTraffic(ctx, client)
+		if err != nil {
 			return err
 		}
+		defer stopTraffic() // before the client closes
 	}
 
 	insp, err := redq.NewInspector(client, redq.WithNamespace(namespace))
@@ -142,26 +144,35 @@ func newClient(redisURL string) (*redis.Client, error) {
 
 // startTraffic publishes to two queues now and then, and consumes one of
 // them with a handler that fails now and then, so that some deliveries end
-// up rejected with their error.
-func startTraffic(ctx context.Context, client *redis.Client) error {
+// up rejected with their error. stop ends it all.
+func startTraffic(ctx context.Context, client *redis.Client) (stop func(), err error) {
 	conn, err := redq.Open(ctx, "example-worker", client, nil, redq.WithNamespace(namespace))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	go func() {
-		<-ctx.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	publisherDone := make(chan struct{})
+	stop = func() {
+		cancel()
+		<-publisherDone
 		<-conn.StopAllConsuming()
-	}()
+	}
+	fail := func(err error) (func(), error) {
+		cancel()
+		close(publisherDone)
+		<-conn.StopAllConsuming()
+		return nil, err
+	}
 	emails, err := conn.OpenQueue("emails", redq.WithRetryPolicy(redq.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Second, MaxBackoff: time.Second}))
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	reports, err := conn.OpenQueue("reports") // nobody consumes this one
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if err := emails.StartConsuming(10, time.Second); err != nil {
-		return err
+		return fail(err)
 	}
 	if _, err := emails.AddHandler("mailer", func(ctx context.Context, m redq.Message) error {
 		time.Sleep(20 * time.Millisecond)
@@ -170,9 +181,10 @@ func startTraffic(ctx context.Context, client *redis.Client) error {
 		}
 		return nil
 	}); err != nil {
-		return err
+		return fail(err)
 	}
 	go func() {
+		defer close(publisherDone)
 		ticker := time.NewTicker(100 * time.Millisecond)
 		defer ticker.Stop()
 		for i := 0; ; i++ {
@@ -187,5 +199,5 @@ func startTraffic(ctx context.Context, client *redis.Client) error {
 			}
 		}
 	}()
-	return nil
+	return stop, nil
 }
