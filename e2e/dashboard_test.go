@@ -129,6 +129,27 @@ func fill(t *testing.T, ctx context.Context, client *redis.Client) {
 			t.Fatal(err)
 		}
 	}
+	health, err := conn.OpenRound("health-checks", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if _, err := health.Add(ctx, fmt.Sprintf("site-%d", i), fmt.Appendf(nil, "https://site-%d.example.com/healthz", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := health.Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	reminders, err := conn.OpenTimers("reminders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := reminders.Set(ctx, fmt.Sprintf("cart-%d", i), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
 	digests, err := conn.OpenQueue("digests")
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +220,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/"),
 		visible(`tr[data-queue="emails"] td[data-field="rejected"]`),
 		visible(`tr[data-queue="digests"]`),
+		visible(`tr[data-round="health-checks"]`),
+		visible(`tr[data-timer="reminders"]`),
 		shot("overview"))
 	if got := text(`tr[data-queue="emails"] td[data-field="rejected"]`); got != "12" {
 		t.Errorf("overview shows %q rejected emails, want 12", got)
@@ -206,6 +229,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("connections",
 		chromedp.Navigate(base+"/connections"),
 		visible(`table[data-table="connections"] tr[data-connection]`))
+	do("round",
+		chromedp.Navigate(base+"/rounds/health-checks"),
+		visible(`tr[data-item="site-0"]`))
 	do("keyed tab",
 		chromedp.Navigate(base+"/queues/digests?state=keyed"),
 		visible(`td[data-field="key"]`))
