@@ -51,7 +51,7 @@ type command struct {
 // commands are listed by "redq help" in this order.
 var commands = []command{
 	{name: "demo", summary: "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", flags: demoCommand},
-	{name: "serve", summary: "serve the stats page (the dashboard) of a namespace", flags: serveCommand},
+	{name: "serve", summary: "serve the dashboard of a namespace: queues, deliveries, connections, and actions with --actions", flags: serveCommand, details: serveDetails},
 	{name: "stats", summary: "print the counts of every open queue", flags: statsCommand},
 	{name: "clean", summary: "return the deliveries of dead connections and lost leases to ready, once or periodically", flags: cleanCommand},
 	{name: "return-rejected", summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},

@@ -15,41 +15,6 @@ import (
 	"github.com/redq/redq"
 )
 
-// serveCommand: redq serve --redis URL [--addr localhost:8080] [--namespace redq]
-func serveCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
-	rf := addRedisFlags(fs)
-	addr := fs.String("addr", "localhost:8080", "address to serve the stats page on")
-	return func(ctx context.Context, stdout, stderr io.Writer) error {
-		errChan := make(chan error, 16)
-		conn, closeConn, err := rf.open(ctx, cliTag, errChan)
-		if err != nil {
-			return err
-		}
-		defer closeConn()
-		srv, err := startStatsServer(*addr, conn)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "redq: stats page of namespace %q on %s (Ctrl-C to stop)\n", rf.namespace, srv.URL())
-	wait:
-		for {
-			select {
-			case err := <-errChan:
-				fmt.Fprintf(stderr, "redq: %v\n", err)
-			case err := <-srv.Failed():
-				return fmt.Errorf("stats page: %w", err)
-			case <-ctx.Done():
-				break wait
-			}
-		}
-		if err := srv.Shutdown(); err != nil {
-			return err
-		}
-		fmt.Fprintln(stderr, "redq: stopped")
-		return nil
-	}
-}
-
 // statsCommand: redq stats --redis URL [--namespace redq] [--json]
 func statsCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	rf := addRedisFlags(fs)
