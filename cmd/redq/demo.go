@@ -8,8 +8,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redq/redq"
+	"github.com/redq/redq/internal/console"
 )
 
 const (
@@ -92,7 +91,7 @@ type demoCounters struct {
 }
 
 func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
-	out := newConsole(stderr)
+	out := console.New(stderr)
 
 	// Redis: the one given, or an embedded miniredis whose clock we move,
 	// since miniredis expires keys (heartbeats) only when told time passed.
@@ -112,7 +111,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		defer m.Close()
 		mini = m
 		client = redis.NewClient(&redis.Options{Addr: m.Addr()})
-		out.logf("redq demo: embedded Redis (miniredis) at %s; pass --redis URL to use a real one", m.Addr())
+		out.Logf("redq demo: embedded Redis (miniredis) at %s; pass --redis URL to use a real one", m.Addr())
 	}
 
 	errChan := make(chan error, 64)
@@ -143,7 +142,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		}
 		shutdownSrv = sync.OnceValue(srv.Shutdown)
 		defer shutdownSrv() // for early returns
-		out.logf("redq demo: stats page on %s", srv.URL())
+		out.Logf("redq demo: stats page on %s", srv.URL())
 	}
 
 	var n demoCounters
@@ -163,7 +162,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		defer cancel()
 	}
 	started := time.Now()
-	out.logf("redq demo: publishing %d/s to queue %q in namespace %q, %d consumers rejecting %d%%; %s",
+	out.Logf("redq demo: publishing %d/s to queue %q in namespace %q, %d consumers rejecting %d%%; %s",
 		c.rate, c.queue, c.namespace, c.consumers, c.rejectPercent, untilWhat(c.duration))
 
 	// The producer goes first on the way out, so it has its own group.
@@ -203,7 +202,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		k, err := queue.ReturnRejectedContext(runCtx, math.MaxInt64)
 		n.returned.Add(k)
 		if err != nil {
-			out.logf("return rejected: %v", err)
+			out.Logf("return rejected: %v", err)
 		}
 	})
 	cleaner := redq.NewCleaner(conn)
@@ -212,9 +211,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		n.cleaned.Add(k)
 		switch {
 		case err != nil && runCtx.Err() == nil:
-			out.logf("clean: %v", err)
+			out.Logf("clean: %v", err)
 		case k > 0:
-			out.logf("cleaner returned %d deliveries of dead connections and lost leases to ready", k)
+			out.Logf("cleaner returned %d deliveries of dead connections and lost leases to ready", k)
 		}
 	})
 	lastAcked, lastAt := int64(0), started
@@ -222,7 +221,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		s, err := conn.CollectStatsContext(runCtx, []string{c.queue})
 		if err != nil {
 			if runCtx.Err() == nil {
-				out.logf("stats: %v", err)
+				out.Logf("stats: %v", err)
 			}
 			return
 		}
@@ -230,7 +229,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		now, acked := time.Now(), n.acked.Load()
 		rate := float64(acked-lastAcked) / now.Sub(lastAt).Seconds()
 		lastAcked, lastAt = acked, now
-		out.progress(fmt.Sprintf("published %d  acked %d  rejected %d  | ready %d  unacked %d  rejected now %d  | %.0f acked/s",
+		out.Progress(fmt.Sprintf("published %d  acked %d  rejected %d  | ready %d  unacked %d  rejected now %d  | %.0f acked/s",
 			n.published.Load(), acked, n.rejected.Load(), qs.ReadyCount, qs.UnackedCount(), qs.RejectedCount, rate))
 	})
 	background.Add(1)
@@ -241,7 +240,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 			case <-runCtx.Done():
 				return
 			case err := <-errChan:
-				out.logf("redq: %v", err)
+				out.Logf("redq: %v", err)
 			}
 		}
 	}()
@@ -265,7 +264,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	stopConsuming()
 	if serveErr == nil {
 		if err := shutdownSrv(); err != nil {
-			out.logf("%v", err)
+			out.Logf("%v", err)
 		}
 	}
 
@@ -275,12 +274,12 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	defer cancel()
 	left := "left in Redis: unknown"
 	if s, err := conn.CollectStatsContext(sctx, []string{c.queue}); err != nil {
-		out.logf("final stats: %v", err)
+		out.Logf("final stats: %v", err)
 	} else {
 		qs := s.QueueStats[c.queue]
 		left = fmt.Sprintf("left in Redis: ready %d, rejected %d, unacked %d", qs.ReadyCount, qs.RejectedCount, qs.UnackedCount())
 	}
-	out.done()
+	out.Done()
 	fmt.Fprintf(stdout, "redq demo: %s: published %d, acked %d, rejected %d (returned %d), failed %d; %s\n",
 		time.Since(started).Round(100*time.Millisecond), n.published.Load(), n.acked.Load(), n.rejected.Load(),
 		n.returned.Load(), n.failed.Load(), left)
@@ -289,7 +288,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 
 // demoWorker returns a consumer that works for c.work and then acks, or
 // rejects about c.rejectPercent of the deliveries.
-func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
+func demoWorker(c demoConfig, n *demoCounters, out *console.Console) redq.ConsumerFunc {
 	return func(d redq.Delivery) {
 		if c.work > 0 {
 			time.Sleep(c.work)
@@ -297,7 +296,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 		if rand.IntN(100) < c.rejectPercent {
 			if err := d.Reject(); err != nil {
 				n.failed.Add(1)
-				out.logf("reject: %v", err)
+				out.Logf("reject: %v", err)
 				return
 			}
 			n.rejected.Add(1)
@@ -305,7 +304,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 		}
 		if err := d.Ack(); err != nil {
 			n.failed.Add(1)
-			out.logf("ack: %v", err)
+			out.Logf("ack: %v", err)
 			return
 		}
 		n.acked.Add(1)
@@ -314,7 +313,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 
 // produce publishes rate deliveries per second until ctx is done, in one
 // call per tick holding whatever is due.
-func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, out *console) {
+func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, out *console.Console) {
 	start := time.Now()
 	ticker := time.NewTicker(produceEvery)
 	defer ticker.Stop()
@@ -340,7 +339,7 @@ func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, o
 		err := queue.PublishContext(pctx, batch...)
 		cancel()
 		if err != nil {
-			out.logf("publish: %v", err)
+			out.Logf("publish: %v", err)
 			continue
 		}
 		next += k
@@ -353,58 +352,4 @@ func untilWhat(d time.Duration) string {
 		return "stopping after " + d.String()
 	}
 	return "Ctrl-C to stop"
-}
-
-// console writes the demo's output to stderr from many goroutines: log
-// lines, and a progress line that a terminal shows in place (carriage
-// return) and anything else gets one line at a time.
-type console struct {
-	mu      sync.Mutex
-	w       io.Writer
-	tty     bool
-	showing bool // a progress line is on screen without a newline
-}
-
-func newConsole(w io.Writer) *console {
-	c := &console{w: w}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			c.tty = true
-		}
-	}
-	return c
-}
-
-const clearLine = "\r\033[K"
-
-func (c *console) progress(line string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.tty {
-		fmt.Fprintln(c.w, line)
-		return
-	}
-	fmt.Fprint(c.w, clearLine+line)
-	c.showing = true
-}
-
-func (c *console) logf(format string, args ...any) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
-	if c.showing {
-		fmt.Fprint(c.w, clearLine)
-		c.showing = false
-	}
-	fmt.Fprintln(c.w, msg)
-}
-
-// done ends a progress line that is on screen.
-func (c *console) done() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.showing {
-		fmt.Fprintln(c.w)
-		c.showing = false
-	}
 }

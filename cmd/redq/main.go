@@ -21,6 +21,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/redq/redq/internal/soak"
 )
 
 func main() {
@@ -58,13 +60,13 @@ var commands = []command{
 	{name: "purge-rejected", summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
 	{name: "migrate-from-rmq", summary: "move an rmq v5 deployment's deliveries into redq's layout (try --dry-run first)", flags: migrateCommand, details: migrateDetails},
 	{name: "soak", summary: "prove the reliability contract under faults (SIGKILL, SIGSTOP, Redis restarts) on a private redis-server",
-		flags: soakCommand, details: soakDetails},
+		flags: soak.Command, details: soak.Details},
 }
 
 // hiddenCommands run like commands but are not listed: programs start
 // them, people do not.
 var hiddenCommands = []command{
-	{name: "soak-worker", summary: "run one consumer process of a soak (started by redq soak)", flags: soakWorkerCommand},
+	{name: soak.WorkerCommandName, summary: "run one consumer process of a soak (started by redq soak)", flags: soak.WorkerCommand},
 }
 
 func lookup(name string) *command {
@@ -124,17 +126,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := runCommand(ctx, stdout, stderr)
 	var ue usageError
+	var sue soak.UsageError
 	var es exitStatus
+	var see soak.ExitError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &sue):
 		return usageFailure(stderr, cmd, err)
 	case errors.As(err, &es):
 		if es.err != nil {
 			fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, es.err)
 		}
 		return es.code
+	case errors.As(err, &see):
+		if see.Err != nil {
+			fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, see.Err)
+		}
+		return see.Code
 	default:
 		fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, err)
 		return 1
