@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,9 @@ import (
 
 const (
 	demoTag = "redq-demo"
+	// demoNamespace keeps the demo's keys apart from an application's,
+	// which use redq.DefaultNamespace unless they chose another.
+	demoNamespace = "redq-demo"
 
 	// How often the demo's background loops run.
 	produceEvery  = 50 * time.Millisecond
@@ -46,14 +51,25 @@ type demoConfig struct {
 	rejectPercent int
 	work          time.Duration
 	duration      time.Duration
+	keep          bool
 }
+
+// demoDetails is the demo's help text beyond its flags.
+const demoDetails = `
+Without --redis (and without $REDIS_URL) the demo runs on an embedded
+miniredis that ends with it. On a real Redis it works in the namespace
+--namespace (default "redq-demo", never the default namespace "redq" of
+applications). When that namespace held no keys when the demo started, the
+demo deletes its keys when it ends (pass --keep to look at them after);
+otherwise it leaves what it finds, and what it added, in place.`
 
 // demoCommand: redq demo [--redis URL] [--addr localhost:8080] [--queue demo]
 // [--consumers 4] [--rate 200] [--reject-percent 5] [--work 5ms] [--duration 0]
 func demoCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	var c demoConfig
-	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: an embedded miniredis)")
-	fs.StringVar(&c.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queues")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL: "+redisURLForm+" (default: $"+redisURLEnv+", else an embedded miniredis)")
+	fs.StringVar(&c.namespace, "namespace", demoNamespace, "namespace (key prefix) of the demo's queue")
+	fs.BoolVar(&c.keep, "keep", false, "keep the demo's keys in Redis when it ends (they are deleted when the namespace was empty at the start)")
 	fs.StringVar(&c.addr, "addr", "localhost:8080", `address of the stats page ("": no stats page)`)
 	fs.StringVar(&c.queue, "queue", "demo", "queue to publish to and consume from")
 	fs.IntVar(&c.consumers, "consumers", 4, "number of consumers")
@@ -97,12 +113,39 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	// since miniredis expires keys (heartbeats) only when told time passed.
 	var client *redis.Client
 	var mini *miniredis.Miniredis
-	if c.redisURL != "" {
-		opts, err := redis.ParseURL(c.redisURL)
+	raw, from := c.redisURL, "--redis"
+	if raw == "" {
+		raw, from = os.Getenv(redisURLEnv), "$"+redisURLEnv
+	}
+	cleanup := func() {}
+	if raw != "" {
+		opts, err := parseRedisURL(raw, from)
 		if err != nil {
-			return usagef("invalid --redis URL: %w", err)
+			return err
 		}
 		client = redis.NewClient(opts)
+		out.Logf("redq demo: Redis at %s (from %s), namespace %q", opts.Addr, from, c.namespace)
+		empty, err := namespaceEmpty(ctx, client, c.namespace)
+		if err != nil {
+			client.Close()
+			return fmt.Errorf("connect to Redis at %s: %w", opts.Addr, err)
+		}
+		switch {
+		case c.keep:
+		case empty:
+			cleanup = func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				n, err := deleteNamespace(dctx, client, c.namespace)
+				if err != nil {
+					out.Logf("redq demo: delete namespace %q: %v", c.namespace, err)
+					return
+				}
+				out.Logf("redq demo: deleted the %d keys of namespace %q, which was empty when the demo started (--keep keeps them)", n, c.namespace)
+			}
+		default:
+			out.Logf("redq demo: namespace %q holds keys already; the demo leaves them, and its own, in place", c.namespace)
+		}
 	} else {
 		m, err := miniredis.Run()
 		if err != nil {
@@ -124,6 +167,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		return fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
 	}
 	defer client.Close()
+	// Deferred after the client's Close and before stopConsuming: it runs
+	// once the connection stopped, with the client still open.
+	defer cleanup()
 	stopConsuming := sync.OnceFunc(func() { <-conn.StopAllConsuming() })
 	defer stopConsuming() // for early returns; the normal way out is below
 	queue, err := conn.OpenQueue(c.queue)
@@ -240,7 +286,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 			case <-runCtx.Done():
 				return
 			case err := <-errChan:
-				out.Logf("redq: %v", err)
+				out.Logf("redq demo: %s", message(err))
 			}
 		}
 	}()
@@ -353,3 +399,45 @@ func untilWhat(d time.Duration) string {
 	}
 	return "Ctrl-C to stop"
 }
+
+// namespaceEmpty reports whether Redis holds no key of namespace ns.
+func namespaceEmpty(ctx context.Context, client *redis.Client, ns string) (bool, error) {
+	for _, pattern := range namespacePatterns(ns) {
+		iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
+		if iter.Next(ctx) {
+			return false, nil
+		}
+		if err := iter.Err(); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// deleteNamespace deletes every key of namespace ns and returns how many.
+func deleteNamespace(ctx context.Context, client *redis.Client, ns string) (int64, error) {
+	var n int64
+	for _, pattern := range namespacePatterns(ns) {
+		iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			k, err := client.Unlink(ctx, iter.Val()).Result()
+			if err != nil {
+				return n, err
+			}
+			n += k
+		}
+		if err := iter.Err(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// namespacePatterns match the keys of namespace ns: its global keys
+// {ns}:... and its queues' keys ns:{queue}:... (see keys.go).
+func namespacePatterns(ns string) []string {
+	esc := globEscaper.Replace(ns)
+	return []string{"{" + esc + "}:*", esc + ":{*"}
+}
+
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)

@@ -218,6 +218,7 @@ func deadHolder(t *testing.T, tg target, queue string, n int) string {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Setenv(redisURLEnv, "")
 	m := miniredis.RunT(t)
 	url := "redis://" + m.Addr()
 	for _, tc := range []struct {
@@ -234,7 +235,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "-h"}, 0, "usage: redq stats"},
 		{[]string{"stats"}, 2, "--redis is required"},
 		{[]string{"stats", "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"stats", "--redis", "http://localhost"}, 2, "invalid --redis URL"},
+		{[]string{"stats", "--redis", "http://localhost"}, 2, `invalid --redis "http://localhost"`},
 		{[]string{"stats", "--redis", url, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"stats", "--redis", url, "--namespace", "no spaces"}, 2, "invalid namespace"},
 		{[]string{"serve"}, 2, "--redis is required"},
@@ -362,7 +363,7 @@ func TestDemoDuration(t *testing.T) {
 	s := redistest.Start(t)
 	tg := newTarget(t, s.Addr())
 	began := time.Now()
-	stdout := mustRedq(t, "demo", "--redis", tg.url, "--namespace", tg.ns, "--addr", "", "--duration", "2s", "--rate", "300", "--reject-percent", "10")
+	stdout := mustRedq(t, "demo", "--redis", tg.url, "--namespace", tg.ns, "--addr", "", "--duration", "2s", "--rate", "300", "--reject-percent", "10", "--keep")
 	if d := time.Since(began); d < 2*time.Second {
 		t.Errorf("demo --duration 2s returned after %v", d)
 	}
