@@ -19,7 +19,7 @@ var purgeStates = []redq.DeliveryState{redq.StateReady, redq.StateDelayed, redq.
 
 // actionCommand declares a command that takes QUEUE and one more argument
 // (a delivery id or a key) and calls act with them.
-func actionCommand(act func(ctx context.Context, in *redq.Inspector, queue, arg string) error, done string) func(fs *flag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
+func actionCommand(act func(ctx context.Context, in *redq.Inspector, queue, arg string) error, subject func(queue, arg string) string, done string) func(fs *flag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 	return func(fs *flag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		rf := addRedisFlags(fs)
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -29,7 +29,7 @@ func actionCommand(act func(ctx context.Context, in *redq.Inspector, queue, arg 
 			}
 			defer closeIn()
 			if err := act(ctx, in, args[0], args[1]); err != nil {
-				return inspectorError(err, "in queue "+fmt.Sprintf("%q", args[0]), args[1])
+				return inspectorError(err, args[1], subject(args[0], args[1]))
 			}
 			fmt.Fprintf(stdout, done+"\n", args[1], args[0])
 			return nil
@@ -40,17 +40,21 @@ func actionCommand(act func(ctx context.Context, in *redq.Inspector, queue, arg 
 var (
 	retryCommand = actionCommand(func(ctx context.Context, in *redq.Inspector, queue, id string) error {
 		return in.Retry(ctx, queue, id)
-	}, "delivery %s of queue %q is ready now")
+	}, deliverySubject, "delivery %s of queue %q is ready now")
 	deleteCommand = actionCommand(func(ctx context.Context, in *redq.Inspector, queue, id string) error {
 		return in.Delete(ctx, queue, id)
-	}, "deleted delivery %s of queue %q")
+	}, deliverySubject, "deleted delivery %s of queue %q")
 	runNowCommand = actionCommand(func(ctx context.Context, in *redq.Inspector, queue, key string) error {
 		return in.RunNow(ctx, queue, key)
-	}, "keyed item %q of queue %q is due now")
+	}, keySubject, "keyed item %q of queue %q is due now")
 	cancelCommand = actionCommand(func(ctx context.Context, in *redq.Inspector, queue, key string) error {
 		return in.Cancel(ctx, queue, key)
-	}, "cancelled keyed item %q of queue %q")
+	}, keySubject, "cancelled keyed item %q of queue %q")
 )
+
+func keySubject(queue, key string) string {
+	return fmt.Sprintf("keyed item %q of queue %q", key, queue)
+}
 
 // queueActionCommand declares a command that takes QUEUE and calls act.
 func queueActionCommand(act func(ctx context.Context, in *redq.Inspector, queue string) error, done string) func(fs *flag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
@@ -63,7 +67,7 @@ func queueActionCommand(act func(ctx context.Context, in *redq.Inspector, queue 
 			}
 			defer closeIn()
 			if err := act(ctx, in, args[0]); err != nil {
-				return inspectorError(err, "queue", args[0])
+				return inspectorError(err, args[0], queueSubject(args[0]))
 			}
 			fmt.Fprintf(stdout, done+"\n", args[0])
 			return nil
@@ -102,14 +106,14 @@ func purgeCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer, i
 		if !*yes {
 			q, err := in.Queue(ctx, queue)
 			if err != nil {
-				return inspectorError(err, "queue", queue)
+				return inspectorError(err, queue, queueSubject(queue))
 			}
 			n := map[redq.DeliveryState]int64{redq.StateReady: q.Ready, redq.StateDelayed: q.Delayed, redq.StateRejected: q.Rejected}[st]
 			return usagef("refusing to purge without --yes: it would delete the %d %s deliveries of queue %q", n, st, queue)
 		}
 		n, err := in.Purge(ctx, queue, st)
 		if err != nil {
-			return inspectorError(err, "queue", queue)
+			return inspectorError(err, queue, queueSubject(queue))
 		}
 		fmt.Fprintf(stdout, "purged %d %s deliveries of queue %q\n", n, st, queue)
 		return nil

@@ -114,7 +114,7 @@ func inspectCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer,
 		}
 		page, err := in.List(ctx, queue, redq.ListOptions{State: st, Connection: *conn, Cursor: *cursor, Limit: *limit, MaxPayload: mp, Search: *search})
 		if err != nil {
-			return inspectorError(err, "queue", queue)
+			return inspectorError(err, queue, queueSubject(queue))
 		}
 		if *asJSON {
 			items := make([]deliveryJSON, len(page.Items))
@@ -183,12 +183,12 @@ func deliveryCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer
 		defer closeIn()
 		d, err := in.Delivery(ctx, queue, id)
 		if err != nil {
-			return inspectorError(err, "delivery", id)
+			return inspectorError(err, id, deliverySubject(queue, id))
 		}
 		if *out != "" {
 			payload, err := in.Payload(ctx, queue, id)
 			if err != nil {
-				return inspectorError(err, "delivery", id)
+				return inspectorError(err, id, deliverySubject(queue, id))
 			}
 			if *out == "-" {
 				_, err := stdout.Write(payload)
@@ -400,7 +400,7 @@ func roundsCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer)
 func listRound(ctx context.Context, in *redq.Inspector, round, cursor string, limit int, asJSON bool, stdout io.Writer) error {
 	page, err := in.ListRound(ctx, round, cursor, limit)
 	if err != nil {
-		return inspectorError(err, "round", round)
+		return inspectorError(err, round, fmt.Sprintf("round %q", round))
 	}
 	if asJSON {
 		items := make([]roundItemJSON, len(page.Items))
@@ -565,15 +565,22 @@ func statesList(states []redq.DeliveryState) string {
 }
 
 // inspectorError turns the Inspector's bad-input errors into usage errors
-// (exit status 2) and says what was not found.
-func inspectorError(err error, what, name string) error {
+// (exit status 2), and names what was not found (subject, such as
+// `delivery 0a1b… of queue "jobs"`) unless the error does already.
+func inspectorError(err error, name, subject string) error {
 	switch {
 	case errors.Is(err, redq.ErrorInvalidArgument):
 		return usageError{err}
 	case errors.Is(err, redq.ErrorNotFound) && !strings.Contains(err.Error(), name):
-		return fmt.Errorf("%s %q: %w", what, name, err)
+		return fmt.Errorf("%s: %w", subject, err)
 	}
 	return err
+}
+
+func queueSubject(queue string) string { return fmt.Sprintf("queue %q", queue) }
+
+func deliverySubject(queue, id string) string {
+	return fmt.Sprintf("delivery %s of queue %q", id, queue)
 }
 
 // preview shows a payload in one table cell: text with control characters

@@ -270,6 +270,17 @@ func TestInspectBadInput(t *testing.T) {
 	})
 }
 
+// libStat reads a queue's counts through the library's CollectStats on
+// the world's connection, apart from the commands under test.
+func (w world) libStat(t *testing.T) redq.QueueStat {
+	t.Helper()
+	s, err := w.conn.CollectStatsContext(context.Background(), []string{"jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.QueueStats["jobs"]
+}
+
 func TestActCommands(t *testing.T) {
 	forBackends(t, func(t *testing.T, tg target) {
 		w := newWorld(t, tg)
@@ -278,14 +289,14 @@ func TestActCommands(t *testing.T) {
 		if out := mustRedq(t, tg.args("retry", "jobs", w.rejected)...); !strings.Contains(out, "is ready now") {
 			t.Errorf("retry: %q", out)
 		}
-		if q := tg.queues(t)["jobs"]; q.Ready != 3 || q.Rejected != 0 {
+		if q := w.libStat(t); q.ReadyCount != 3 || q.RejectedCount != 0 {
 			t.Errorf("after retry: %+v", q)
 		}
 		code, _, stderr := redqRun(t, tg.args("retry", "jobs", w.rejected)...)
 		if code != 1 || !strings.Contains(stderr, w.rejected) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("retry of a delivery that moved: exit %d, %q; want 1 and one line naming it", code, stderr)
 		}
-		if q := tg.queues(t)["jobs"]; q.Ready != 3 {
+		if q := w.libStat(t); q.ReadyCount != 3 {
 			t.Errorf("the failed retry changed the queue: %+v", q)
 		}
 
@@ -293,7 +304,7 @@ func TestActCommands(t *testing.T) {
 		if out := mustRedq(t, tg.args("delete", "jobs", w.rejected)...); !strings.Contains(out, "deleted delivery "+w.rejected) {
 			t.Errorf("delete: %q", out)
 		}
-		if q := tg.queues(t)["jobs"]; q.Ready != 2 {
+		if q := w.libStat(t); q.ReadyCount != 2 {
 			t.Errorf("after delete: %+v", q)
 		}
 
@@ -302,7 +313,7 @@ func TestActCommands(t *testing.T) {
 		if code, _, stderr := redqRun(t, tg.args("delete", "jobs", w.unacked)...); code == 0 {
 			t.Errorf("delete of an unacked delivery succeeded: %q", stderr)
 		}
-		if q := tg.queues(t)["jobs"]; q.Unacked != 1 {
+		if q := w.libStat(t); q.UnackedCount() != 1 {
 			t.Errorf("after the refused delete: %+v", q)
 		}
 
@@ -328,14 +339,14 @@ func TestActCommands(t *testing.T) {
 		if out := mustRedq(t, tg.args("pause", "jobs")...); !strings.Contains(out, `paused queue "jobs"`) {
 			t.Errorf("pause: %q", out)
 		}
-		if !tg.queues(t)["jobs"].Paused {
+		if !tg.queues(t)["jobs"].Paused || !w.libStat(t).Paused {
 			t.Error("not paused after pause")
 		}
 		if text := mustRedq(t, tg.args("queues")...); !regexp.MustCompile(`(?m)^jobs(\s+\d+){5}\s+yes\s`).MatchString(text) {
 			t.Errorf("queues does not show jobs paused:\n%s", text)
 		}
 		mustRedq(t, tg.args("resume", "jobs")...)
-		if tg.queues(t)["jobs"].Paused {
+		if tg.queues(t)["jobs"].Paused || w.libStat(t).Paused {
 			t.Error("paused after resume")
 		}
 
@@ -343,7 +354,7 @@ func TestActCommands(t *testing.T) {
 		if out := mustRedq(t, tg.args("purge", "jobs", "--state", "delayed", "--yes")...); !strings.Contains(out, `purged 2 delayed deliveries of queue "jobs"`) {
 			t.Errorf("purge: %q", out)
 		}
-		if q := tg.queues(t)["jobs"]; q.Delayed != 0 || q.Ready != 2 {
+		if q := w.libStat(t); q.DelayedCount != 0 || q.ReadyCount != 2 {
 			t.Errorf("after purge: %+v", q)
 		}
 		if code, _, _ := redqRun(t, tg.args("pause", "nope")...); code != 1 {
