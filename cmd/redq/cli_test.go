@@ -150,7 +150,7 @@ func TestErrorsOneLine(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := srv.Addr()
 	srv.Close() // nothing listens there now
-	for _, cmd := range []string{"queues", "stats", "clean", "retry"} {
+	for _, cmd := range []string{"queues", "stats", "retry"} {
 		args := []string{cmd, "--redis", addr}
 		if cmd == "retry" {
 			args = append(args, "jobs", "00000000000000000000000000000000")
