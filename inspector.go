@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +27,9 @@ type Inspector struct {
 	client redis.UniversalClient
 	opts   options
 	keys   globalKeys
+	// name and tokens name the Inspector's keyed calls (see keyedCall).
+	name   string
+	tokens atomic.Int64
 }
 
 // NewInspector returns an Inspector on client for the namespace set by
@@ -41,7 +47,7 @@ func NewInspector(client redis.UniversalClient, opts ...Option) (*Inspector, err
 			return nil, err
 		}
 	}
-	return &Inspector{client: client, opts: o, keys: newGlobalKeys(o.namespace)}, nil
+	return &Inspector{client: client, opts: o, keys: newGlobalKeys(o.namespace), name: inspectorName()}, nil
 }
 
 // Namespace returns the namespace the Inspector reads.
@@ -238,99 +244,245 @@ type RoundPage struct {
 	Total int64
 }
 
-// Queues returns every open queue of the namespace, sorted by name, in a
-// constant number of round trips.
+// Queues returns every open queue of the namespace, sorted by name: three
+// round trips (the queue list, then pipelined counts, then pipelined
+// unacked counts), whatever the number of queues.
 func (i *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
-	return nil, errNotImplemented
+	names, err := i.client.SMembers(ctx, i.keys.queues).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redq: list queues: %w", err)
+	}
+	sort.Strings(names)
+	st, err := collectStats(ctx, i.client, i.keys, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueInfo, len(names))
+	for n, name := range names {
+		out[n] = queueInfo(name, st.QueueStats[name])
+	}
+	return out, nil
+}
+
+// queueInfo is the QueueInfo of a queue's stats.
+func queueInfo(name string, q QueueStat) QueueInfo {
+	return QueueInfo{
+		Name: name, Ready: q.ReadyCount, Delayed: q.DelayedCount, Unacked: q.UnackedCount(), Rejected: q.RejectedCount,
+		KeyedPending: q.KeyedPending, Paused: q.Paused, Consumers: q.ConsumerCount(), Connections: q.ConnectionCount(),
+		Published: q.totals[0], Acked: q.totals[1], Rejects: q.totals[2], Retried: q.totals[3],
+	}
+}
+
+// checkQueue validates a queue name and reports ErrorNotFound for a queue
+// that is not open (not in the namespace's queue set).
+func (i *Inspector) checkQueue(ctx context.Context, name string) error {
+	if why := validQueueName(name); why != "" {
+		return argError("queue name", name, why)
+	}
+	ok, err := i.client.SIsMember(ctx, i.keys.queues, name).Result()
+	if err != nil {
+		return fmt.Errorf("redq: queue %q: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: no queue %q is open in namespace %q", ErrorNotFound, name, i.opts.namespace)
+	}
+	return nil
 }
 
 // Queue returns one queue; an error matching ErrorNotFound when no queue of
-// that name is open.
+// that name is open, an *ArgumentError for a bad name.
 func (i *Inspector) Queue(ctx context.Context, name string) (QueueInfo, error) {
-	return QueueInfo{}, errNotImplemented
+	if err := i.checkQueue(ctx, name); err != nil {
+		return QueueInfo{}, err
+	}
+	st, err := collectStats(ctx, i.client, i.keys, []string{name})
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return queueInfo(name, st.QueueStats[name]), nil
 }
 
-// History returns a queue's per-minute counts over the last since (at most
-// an hour is kept), oldest first, one point per minute.
+// History returns a queue's per-minute counts over the last since (an hour
+// when since is 0 or more than an hour: Redis keeps about an hour), oldest
+// first, one point per minute of Redis's clock up to the current minute,
+// which is still counting. Minutes without events are points of zeros.
 func (i *Inspector) History(ctx context.Context, queue string, since time.Duration) ([]RatePoint, error) {
-	return nil, errNotImplemented
+	if since < 0 {
+		return nil, argError("since", since.String(), "must not be negative")
+	}
+	if err := i.checkQueue(ctx, queue); err != nil {
+		return nil, err
+	}
+	if since == 0 || since > time.Hour {
+		since = time.Hour
+	}
+	k := newQueueKeys(i.opts.namespace, queue)
+	pipe := i.client.Pipeline()
+	tm := pipe.Time(ctx)
+	all := pipe.HGetAll(ctx, k.meta())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redq: history of %q: %w", queue, err)
+	}
+	return historyOf(tm.Val(), all.Val(), since), nil
 }
 
-// Connections returns every registered connection, sorted by name.
+// historySlots is the number of minutes the ring of counters holds (HSLOTS
+// in scripts/lib.lua).
+const historySlots = 64
+
+// historyOf reads the ring of per-minute counters in meta (see tally in
+// scripts/lib.lua) at Redis time now.
+func historyOf(now time.Time, meta map[string]string, since time.Duration) []RatePoint {
+	cur := now.UnixMilli() / 60000
+	n := int64((since + time.Minute - 1) / time.Minute)
+	n = min(max(n, 1), historySlots-1)
+	out := make([]RatePoint, 0, n)
+	for m := cur - n + 1; m <= cur; m++ {
+		p := RatePoint{Minute: time.UnixMilli(m * 60000).UTC()}
+		s := strconv.FormatInt(m%historySlots, 10)
+		if meta["m"+s] == strconv.FormatInt(m, 10) {
+			get := func(c string) int64 { v, _ := strconv.ParseInt(meta[c+s], 10, 64); return v }
+			p.Published, p.Acked, p.Rejected, p.Retried = get("p"), get("a"), get("r"), get("t")
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Connections returns every registered connection, sorted by name, with
+// its state, heartbeat age and part in each open queue: three round trips.
 func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
-	return nil, errNotImplemented
+	pipe := i.client.Pipeline()
+	connsCmd := pipe.SMembers(ctx, i.keys.connections)
+	queuesCmd := pipe.SMembers(ctx, i.keys.queues)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redq: list connections: %w", err)
+	}
+	names, queues := connsCmd.Val(), queuesCmd.Val()
+	sort.Strings(names)
+	pipe = i.client.Pipeline()
+	consumers := make([]*redis.MapStringStringCmd, len(queues))
+	for n, q := range queues {
+		consumers[n] = pipe.HGetAll(ctx, newQueueKeys(i.opts.namespace, q).consumers)
+	}
+	type beat struct {
+		ttl     *redis.DurationCmd
+		val     *redis.StringCmd
+		stopped *redis.IntCmd
+	}
+	beats := make([]beat, len(names))
+	for n, c := range names {
+		beats[n] = beat{pipe.PTTL(ctx, i.keys.heartbeat(c)), pipe.Get(ctx, i.keys.heartbeat(c)), pipe.Exists(ctx, i.keys.stopped(c))}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redq: list connections: %w", err)
+	}
+	out := make([]ConnectionInfo, len(names))
+	byName := map[string]*ConnectionInfo{}
+	for n, c := range names {
+		ci := ConnectionInfo{Name: c, State: "dead", HeartbeatAge: -1, Unacked: map[string]int64{}, Consumers: map[string]int64{}}
+		b := beats[n]
+		if ttl := b.ttl.Val(); ttl > 0 {
+			ci.State = "active"
+			if full, err := strconv.ParseInt(b.val.Val(), 10, 64); err == nil && full > 1 {
+				ci.HeartbeatAge = max(0, time.Duration(full)*time.Millisecond-ttl)
+			}
+		} else if b.stopped.Val() == 1 {
+			ci.State = "stopped"
+		}
+		out[n] = ci
+		byName[c] = &out[n]
+	}
+	pipe = i.client.Pipeline()
+	type part struct {
+		conn, queue string
+		cmd         *redis.IntCmd
+	}
+	var parts []part
+	for n, q := range queues {
+		for c, v := range consumers[n].Val() {
+			ci := byName[c]
+			if ci == nil {
+				continue
+			}
+			ci.Consumers[q], _ = strconv.ParseInt(v, 10, 64)
+			parts = append(parts, part{c, q, pipe.HLen(ctx, newQueueKeys(i.opts.namespace, q).unacked(c))})
+		}
+	}
+	if len(parts) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("redq: list connections: %w", err)
+		}
+		for _, p := range parts {
+			byName[p.conn].Unacked[p.queue] = p.cmd.Val()
+		}
+	}
+	return out, nil
 }
 
 // Stats returns what CollectStats returns, without a connection; no queues
 // means every open queue.
 func (i *Inspector) Stats(ctx context.Context, queues ...string) (Stats, error) {
-	return Stats{}, errNotImplemented
-}
-
-// List returns one page of a queue's deliveries in the state o.State.
-func (i *Inspector) List(ctx context.Context, queue string, o ListOptions) (Page, error) {
-	if !o.State.valid() {
-		return Page{}, argError("state", string(o.State), fmt.Sprintf("must be one of %v", DeliveryStates()))
+	if len(queues) == 0 {
+		names, err := i.client.SMembers(ctx, i.keys.queues).Result()
+		if err != nil {
+			return Stats{}, fmt.Errorf("redq: collect stats: %w", err)
+		}
+		queues = names
 	}
-	return Page{}, errNotImplemented
+	return collectStats(ctx, i.client, i.keys, queues)
 }
 
-// Delivery returns the delivery with that id (hex, as Delivery.ID), with
-// its whole payload; an error matching ErrorNotFound when the queue has
-// none.
-func (i *Inspector) Delivery(ctx context.Context, queue, id string) (DeliveryInfo, error) {
-	return DeliveryInfo{}, errNotImplemented
-}
-
-// Payload returns the whole payload of the delivery with that id.
-func (i *Inspector) Payload(ctx context.Context, queue, id string) ([]byte, error) {
-	return nil, errNotImplemented
-}
-
-// Delete removes a ready, delayed or rejected delivery by id.
-func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
-	return errNotImplemented
-}
-
-// Retry moves a rejected or delayed delivery to ready now.
-func (i *Inspector) Retry(ctx context.Context, queue, id string) error {
-	return errNotImplemented
-}
-
-// RunNow makes the pending item of a key due now.
-func (i *Inspector) RunNow(ctx context.Context, queue, key string) error {
-	return errNotImplemented
-}
-
-// Cancel removes the pending item of a key.
-func (i *Inspector) Cancel(ctx context.Context, queue, key string) error {
-	return errNotImplemented
-}
-
-// Purge deletes every ready, delayed or rejected delivery of a queue and
-// returns how many.
-func (i *Inspector) Purge(ctx context.Context, queue string, state DeliveryState) (int64, error) {
-	return 0, errNotImplemented
-}
-
-// Pause pauses a queue (see Queue.Pause).
+// Pause pauses a queue for every connection (see Queue.Pause); an error
+// matching ErrorNotFound when no queue of that name is open. Pausing a
+// paused queue does nothing.
 func (i *Inspector) Pause(ctx context.Context, queue string) error {
-	return errNotImplemented
+	if err := i.checkQueue(ctx, queue); err != nil {
+		return err
+	}
+	if err := setPaused(ctx, i.client, newQueueKeys(i.opts.namespace, queue), true); err != nil {
+		return fmt.Errorf("redq: pause %q: %w", queue, err)
+	}
+	return nil
 }
 
-// Resume resumes a paused queue (see Queue.Resume).
+// Resume ends a pause of a queue and wakes its consumers (see
+// Queue.Resume); an error matching ErrorNotFound when no queue of that
+// name is open. Resuming a queue that is not paused does nothing.
 func (i *Inspector) Resume(ctx context.Context, queue string) error {
-	return errNotImplemented
+	if err := i.checkQueue(ctx, queue); err != nil {
+		return err
+	}
+	if err := setPaused(ctx, i.client, newQueueKeys(i.opts.namespace, queue), false); err != nil {
+		return fmt.Errorf("redq: resume %q: %w", queue, err)
+	}
+	return nil
 }
 
-// Timers returns the counts of every timer set of the namespace.
+// Timers returns the counts of every timer set of the namespace (empty, not
+// nil, when there is none).
 func (i *Inspector) Timers(ctx context.Context) (map[string]TimerStat, error) {
-	return nil, errNotImplemented
+	st, err := collectStats(ctx, i.client, i.keys, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.TimerStats == nil {
+		return map[string]TimerStat{}, nil
+	}
+	return st.TimerStats, nil
 }
 
-// Rounds returns the counts of every round of the namespace.
+// Rounds returns the counts of every round of the namespace (empty, not
+// nil, when there is none).
 func (i *Inspector) Rounds(ctx context.Context) (map[string]RoundStat, error) {
-	return nil, errNotImplemented
+	st, err := collectStats(ctx, i.client, i.keys, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.RoundStats == nil {
+		return map[string]RoundStat{}, nil
+	}
+	return st.RoundStats, nil
 }
 
 // ListRound returns one page of a round's items, in the order they are

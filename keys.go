@@ -246,10 +246,18 @@ func (k queueKeys) scriptKeys(own string, dest *queueKeys, conns ...[]string) []
 }
 
 // ackKeys is the short KEYS of settle.lua's acks of plain takes (mode
-// 'a'): consumers, leases and conn's storage.
+// 'a'): consumers, leases, conn's storage and meta (the counters).
 func (k queueKeys) ackKeys(conn string) []string {
-	return append([]string{k.consumers, k.block[3] /* leases */}, k.connKeys(conn)...)
+	return append(append([]string{k.consumers, k.block[3] /* leases */}, k.connKeys(conn)...), k.meta())
 }
+
+// meta is the queue's meta hash: settings, the paused flag and the
+// counters (see tally in scripts/lib.lua).
+func (k queueKeys) meta() string { return k.block[5] }
+
+// resume is the list that a Resume pushes a marker into, to wake the
+// consumers that wait while the queue is paused (see scripts/pause.lua).
+func (k queueKeys) resume() string { return k.prefix + ":resume" }
 
 // block0 is the KEYS of a script on the queue alone: no own key, no
 // connection.

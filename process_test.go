@@ -458,7 +458,7 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 		t.Fatal(err)
 	}
 	for _, key := range keys {
-		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
+		if key == k.consumers || key == k.meta() || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
 			continue
 		}
 		rest := strings.TrimPrefix(key, k.prefix+":")

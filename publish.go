@@ -290,12 +290,13 @@ func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) e
 // it is sent (see publish.lua).
 type pushCall struct {
 	ready, record string // the record of the field the call holds
+	meta          string // the queue's meta hash (its counters)
 	token         string
 	envs          []any
 }
 
 func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
-	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), token: token, envs: envs}
+	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), meta: q.keys.meta(), token: token, envs: envs}
 }
 
 // pushScriptMax is the most envelopes a plain publish hands to publish.lua
@@ -359,7 +360,7 @@ func pushTx(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 	guards := make([]*redis.Cmd, len(calls))
 	for i, pc := range calls {
 		pushes[i] = pipe.LPush(ctx, pc.ready, pc.envs...)
-		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record}, pc.token, len(pc.envs))
+		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record, pc.meta}, pc.token, len(pc.envs))
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "EXECABORT") {
@@ -389,7 +390,7 @@ func pushScripts(calls []*pushCall) []scriptCall {
 	sc := make([]scriptCall, len(calls))
 	for i, pc := range calls {
 		args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
-		sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record}, args: args}
+		sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record, pc.meta}, args: args}
 	}
 	return sc
 }

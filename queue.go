@@ -613,6 +613,15 @@ func (q *redisQueue) fetchLoop() {
 			capped, errCount = true, 0
 			continue
 		}
+		if err == nil && hint == hintPaused {
+			// Paused: wait for a Resume (which wakes the wait) or
+			// pollDuration, and fetch again.
+			err = w.waitKey(ctx, q.keys.resume(), q.pollDuration, false)
+			if err == nil {
+				errCount = 0
+				continue
+			}
+		}
 		if err == nil && int64(got) < want && hint != 0 {
 			err = w.wait(ctx, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
 		}
@@ -669,6 +678,10 @@ func (q *redisQueue) awaitUsable() *registration {
 
 // hintCapped is fetch.lua's hint when the connection holds its limit.
 const hintCapped = -2
+
+// hintPaused is fetch.lua's hint when the queue is paused: wait on its
+// resume list (see Queue.Pause).
+const hintPaused = -3
 
 // refillPause is how long the fetch loop lets room gather while more than
 // half the buffer is full (see fetchLoop).

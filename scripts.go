@@ -31,8 +31,11 @@ type scriptSet struct {
 	publish, put, release, touch         *redis.Script
 	rejectWith                           *redis.Script
 	maintain, counts, drain              *redis.Script
-	upsert, keyedCancel, keyedRunNow     *redis.Script
-	keyedLookup                          *redis.Script
+	pause                                *redis.Script
+	// the Inspector's actions (inspector_actions.go)
+	inspectAct, inspectPurgeDelayed  *redis.Script
+	upsert, keyedCancel, keyedRunNow *redis.Script
+	keyedLookup                      *redis.Script
 	// rounds (round.go)
 	roundOpen, roundAdd, roundNext, roundRemove, roundReissue *redis.Script
 	roundGet, roundLen, roundStats, roundSweep                *redis.Script
@@ -153,39 +156,42 @@ func newScriptSet(prelude string) scriptSet {
 	}
 	roundScript := func(name string) *redis.Script { return redis.NewScript(prelude + roundScriptText(name)) }
 	return scriptSet{
-		register:       mustScript("register"),
-		heartbeat:      mustScript("heartbeat"),
-		declareDead:    mustScript("declare_dead"),
-		stop:           mustScript("stop"),
-		setConsumers:   mustScript("set_consumers"),
-		fetch:          queueScript("fetch"),
-		settle:         queueScript("settle"),
-		returnUnacked:  queueScript("return_unacked"),
-		returnRejected: queueScript("return_rejected"),
-		purge:          queueScript("purge"),
-		publish:        queueScript("publish"),
-		put:            queueScript("put"),
-		release:        queueScript("release"),
-		touch:          queueScript("touch"),
-		rejectWith:     queueScript("reject_with"),
-		maintain:       queueScript("maintain"),
-		counts:         queueScript("counts"),
-		drain:          queueScript("drain"),
-		upsert:         queueScript("upsert"),
-		keyedCancel:    queueScript("keyed_cancel"),
-		keyedRunNow:    queueScript("keyed_run_now"),
-		keyedLookup:    queueScript("keyed_lookup"),
-		roundOpen:      roundScript("round_open"),
-		roundAdd:       roundScript("round_add"),
-		roundNext:      roundScript("round_next"),
-		roundRemove:    roundScript("round_remove"),
-		roundReissue:   roundScript("round_reissue"),
-		roundGet:       roundScript("round_get"),
-		roundLen:       roundScript("round_len"),
-		roundStats:     roundScript("round_stats"),
-		roundSweep:     roundScript("round_sweep"),
-		migrateRmq:     queueScript("migrate_rmq"),
-		moveApply:      queueScript("move_apply"),
+		register:            mustScript("register"),
+		heartbeat:           mustScript("heartbeat"),
+		declareDead:         mustScript("declare_dead"),
+		stop:                mustScript("stop"),
+		setConsumers:        mustScript("set_consumers"),
+		fetch:               queueScript("fetch"),
+		settle:              queueScript("settle"),
+		returnUnacked:       queueScript("return_unacked"),
+		returnRejected:      queueScript("return_rejected"),
+		purge:               queueScript("purge"),
+		publish:             queueScript("publish"),
+		put:                 queueScript("put"),
+		release:             queueScript("release"),
+		touch:               queueScript("touch"),
+		rejectWith:          queueScript("reject_with"),
+		maintain:            queueScript("maintain"),
+		counts:              queueScript("counts"),
+		drain:               queueScript("drain"),
+		pause:               mustScript("pause"),
+		inspectAct:          queueScript("inspect_act"),
+		inspectPurgeDelayed: queueScript("inspect_purge_delayed"),
+		upsert:              queueScript("upsert"),
+		keyedCancel:         queueScript("keyed_cancel"),
+		keyedRunNow:         queueScript("keyed_run_now"),
+		keyedLookup:         queueScript("keyed_lookup"),
+		roundOpen:           roundScript("round_open"),
+		roundAdd:            roundScript("round_add"),
+		roundNext:           roundScript("round_next"),
+		roundRemove:         roundScript("round_remove"),
+		roundReissue:        roundScript("round_reissue"),
+		roundGet:            roundScript("round_get"),
+		roundLen:            roundScript("round_len"),
+		roundStats:          roundScript("round_stats"),
+		roundSweep:          roundScript("round_sweep"),
+		migrateRmq:          queueScript("migrate_rmq"),
+		moveApply:           queueScript("move_apply"),
 	}
 }
 

@@ -68,6 +68,9 @@ type QueueStat struct {
 	// Paused is true while the queue is paused (see Queue.Pause): no
 	// connection fetches from it until it is resumed.
 	Paused bool `json:"paused"`
+	// totals are the counters published, acked, rejected, retried (read
+	// by the Inspector; see tally in scripts/lib.lua).
+	totals [4]int64
 	// Connections holds, per connection registered for the queue, its
 	// unacked count, consumer count and whether it is alive.
 	Connections ConnectionStats `json:"connections"`
@@ -240,18 +243,21 @@ func stateWord(active, stopped bool) string {
 	return "dead"
 }
 
+// countsLen is the length of counts.lua's reply.
+const countsLen = 12
+
 // countsOf reads the reply of a pipelined counts.lua call, running it again
 // on its own when Redis did not know the script.
-func (c *redisConnection) countsOf(ctx context.Context, cmd *redis.Cmd, k queueKeys) ([]int64, error) {
+func countsOf(ctx context.Context, client redis.Cmdable, cmd *redis.Cmd, k queueKeys) ([]int64, error) {
 	v, err := cmd.Result()
 	if isNoScript(err) {
-		v, err = scripts.counts.Run(ctx, c.client, k.block0()).Result()
+		v, err = scripts.counts.Run(ctx, client, k.block0()).Result()
 	}
 	if err != nil {
 		return nil, err
 	}
 	n, err := int64s(v)
-	if err == nil && len(n) != 7 {
+	if err == nil && len(n) != countsLen {
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	return n, err
@@ -262,6 +268,13 @@ func (c *redisConnection) CollectStats(queueList []string) (Stats, error) {
 }
 
 func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []string) (Stats, error) {
+	return collectStats(ctx, c.client, c.keys, queueList)
+}
+
+// collectStats reads the stats of the queues queueList (and every timer
+// set and round) of the namespace of g: the work of CollectStats, shared
+// by connections and the Inspector. It reads only: two round trips.
+func collectStats(ctx context.Context, client redis.UniversalClient, g globalKeys, queueList []string) (Stats, error) {
 	stats := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
 	for _, name := range queueList {
 		if why := validQueueName(name); why != "" {
@@ -275,20 +288,20 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		counts    *redis.Cmd
 		consumers *redis.MapStringStringCmd
 	}
-	pipe := c.client.Pipeline()
+	pipe := client.Pipeline()
 	qc := make([]queueCmds, len(queueList))
 	for i, name := range queueList {
-		k := newQueueKeys(c.opts.namespace, name)
+		k := newQueueKeys(g.ns, name)
 		qc[i] = queueCmds{keys: k, counts: scripts.counts.EvalSha(ctx, pipe, k.block0()), consumers: pipe.HGetAll(ctx, k.consumers)}
 	}
-	members := pipe.SMembers(ctx, c.keys.connections)
-	timerSets := pipe.SMembers(ctx, c.keys.timers)
-	rounds := pipe.SMembers(ctx, c.keys.rounds())
+	members := pipe.SMembers(ctx, g.connections)
+	timerSets := pipe.SMembers(ctx, g.timers)
+	rounds := pipe.SMembers(ctx, g.rounds())
 	_, err := pipe.Exec(ctx)
 	counts := make([][]int64, len(queueList))
 	for i, q := range qc {
 		var cerr error
-		if counts[i], cerr = c.countsOf(ctx, q.counts, q.keys); cerr != nil {
+		if counts[i], cerr = countsOf(ctx, client, q.counts, q.keys); cerr != nil {
 			return stats, fmt.Errorf("redq: collect stats: %w", cerr)
 		}
 	}
@@ -314,14 +327,14 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		registered[m] = true
 	}
 	// Round trip 2: unacked counts, heartbeats and the rounds' counts.
-	pipe = c.client.Pipeline()
+	pipe = client.Pipeline()
 	unacked := make([]map[string]*redis.IntCmd, len(queueList))
 	beats := map[string]*redis.IntCmd{}
 	stops := map[string]*redis.IntCmd{}
 	beat := func(conn string) {
 		if beats[conn] == nil {
-			beats[conn] = pipe.Exists(ctx, c.keys.heartbeat(conn))
-			stops[conn] = pipe.Exists(ctx, c.keys.stopped(conn))
+			beats[conn] = pipe.Exists(ctx, g.heartbeat(conn))
+			stops[conn] = pipe.Exists(ctx, g.stopped(conn))
 		}
 	}
 	for i, q := range qc {
@@ -337,10 +350,10 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	timerKeys := make([]queueKeys, len(timerSets.Val()))
 	timerCounts := make([]*redis.Cmd, len(timerKeys))
 	for i, name := range timerSets.Val() {
-		timerKeys[i] = newQueueKeys(c.opts.namespace, timerTag+name)
+		timerKeys[i] = newQueueKeys(g.ns, timerTag+name)
 		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, timerKeys[i].block0())
 	}
-	roundCmds := queueRoundStats(ctx, pipe, c.opts.namespace, rounds.Val())
+	roundCmds := queueRoundStats(ctx, pipe, g.ns, rounds.Val())
 	if len(beats)+len(timerCounts)+len(roundCmds) > 0 {
 		// A script may not be cached (NOSCRIPT): countsOf and roundStats
 		// run it again; every other command must have succeeded.
@@ -363,7 +376,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		}
 	}
 	if len(roundCmds) > 0 {
-		rs, err := roundStats(ctx, c.client, roundCmds)
+		rs, err := roundStats(ctx, client, roundCmds)
 		if err != nil {
 			return stats, fmt.Errorf("redq: collect stats: %w", err)
 		}
@@ -373,7 +386,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		stats.TimerStats = map[string]TimerStat{}
 	}
 	for i, name := range timerSets.Val() {
-		n, err := c.countsOf(ctx, timerCounts[i], timerKeys[i])
+		n, err := countsOf(ctx, client, timerCounts[i], timerKeys[i])
 		if err != nil {
 			return stats, fmt.Errorf("redq: collect stats: %w", err)
 		}
@@ -393,7 +406,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for i, name := range queueList {
 		n := counts[i]
 		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3],
-			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Connections: map[string]ConnectionStat{}}
+			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Paused: n[7] == 1, totals: [4]int64(n[8:12]), Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), Stopped: stopped(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}

@@ -131,7 +131,13 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 			if w == nil {
 				w = newWaiter(q.conn.client, q.keys.ready, true)
 			}
-			if err := w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true); err != nil {
+			var err error
+			if hint == hintPaused {
+				err = w.waitKey(ctx, q.keys.resume(), min(left, takeWaitCap), true)
+			} else {
+				err = w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true)
+			}
+			if err != nil {
 				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
 			}
 		}

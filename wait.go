@@ -85,6 +85,12 @@ func newWaiter(client redis.UniversalClient, key string, dedicated bool) *waiter
 // due time of a delivery or the end of a lease: on time), the waiter ends
 // it itself with CLIENT UNBLOCK at d, where it can (a dedicated connection).
 func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
+	return w.waitKey(ctx, w.key, d, onTime)
+}
+
+// waitKey is wait on another list of the queue (one in the same slot as
+// the waiter's key): the resume list of a paused queue.
+func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTime bool) error {
 	if err := w.resolve(ctx); err != nil {
 		return err
 	}
@@ -126,13 +132,13 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 		// go-redis rounds BLMOVE's timeout up to whole seconds; send the
 		// fraction ourselves (it stays within the default read timeout).
 		secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
-		err = c.Do(ctx, "BLMOVE", w.key, w.key, "RIGHT", "RIGHT", secs).Err()
+		err = c.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", secs).Err()
 		if errors.Is(err, errBareCmdable) {
 			// a bare Cmdable (see universal): whole seconds only
-			err = c.BLMove(ctx, w.key, w.key, "RIGHT", "RIGHT", time.Second).Err()
+			err = c.BLMove(ctx, key, key, "RIGHT", "RIGHT", time.Second).Err()
 		}
 	} else {
-		err = c.BLMove(ctx, w.key, w.key, "RIGHT", "RIGHT", d.Truncate(time.Second)).Err()
+		err = c.BLMove(ctx, key, key, "RIGHT", "RIGHT", d.Truncate(time.Second)).Err()
 	}
 	if errors.Is(err, redis.Nil) {
 		return nil

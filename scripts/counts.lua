@@ -1,6 +1,7 @@
 -- Count one queue: {ready (all priorities; stale stubs of keyed items do
 -- not count), rejected, delayed, expired, keyed pending, keyed running,
--- keyed parked}.
+-- keyed parked, paused (0/1), and the totals published, acked, rejected,
+-- retried (see tally in lib.lua)}.
 -- KEYS: the queue's keys (see scriptKeys in keys.go)
 local P = queue_keys()
 local ready = redis.call('LLEN', P.ready)
@@ -13,7 +14,12 @@ for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
     ready = ready + redis.call('LLEN', k)
   end
 end
-local m = redis.call('HMGET', P.meta, 'expired', 'kstale')
+local m = redis.call('HMGET', P.meta, 'expired', 'kstale', 'paused', 'np', 'na', 'nr', 'nt')
 ready = ready - tonumber(m[2] or '0')
+local paused = 0
+if m[3] then
+  paused = 1
+end
 return {ready, redis.call('LLEN', P.rejected), redis.call('ZCARD', P.delayed), tonumber(m[1] or '0'),
-  redis.call('HLEN', P.kpend), redis.call('HLEN', P.krun), redis.call('HLEN', P.kpark)}
+  redis.call('HLEN', P.kpend), redis.call('HLEN', P.krun), redis.call('HLEN', P.kpark), paused,
+  tonumber(m[4] or '0'), tonumber(m[5] or '0'), tonumber(m[6] or '0'), tonumber(m[7] or '0')}

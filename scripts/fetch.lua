@@ -8,7 +8,10 @@
 -- hint tells the caller whether to wait: 0 means more may be ready now (or
 -- leases ran out that need another call); n
 -- > 0 means the next delivery is due (or lease runs out) in n ms; -1 means
--- nothing is scheduled; -2 means the connection holds its cap (below).
+-- nothing is scheduled; -2 means the connection holds its cap (below); -3
+-- means the queue is paused (see pause.lua): the call takes nothing (it
+-- still ends leases that ran out and promotes due deliveries), and the
+-- caller waits on the queue's resume list.
 --
 -- Refuses (error LOST) when the connection is not registered for the queue
 -- any more: a cleaner returned its deliveries.
@@ -83,6 +86,10 @@ if lt == tonumber(token) then
   return out
 end
 expire_leases(P, now, 100)
+if redis.call('HEXISTS', P.meta, 'paused') == 1 then
+  promote(P, now, 100)
+  return {0, -3, table.concat(P.need, ' ')}
+end
 if cap > 0 then
   local room = cap - redis.call('HLEN', uk)
   if room <= 0 then

@@ -170,6 +170,28 @@ local function push_groups(P, groups, front)
   end
 end
 
+-- Counters of a queue, kept in its meta hash (see History in
+-- inspector.go): totals n<c> since the queue was created, and a ring of
+-- HSLOTS one-minute slots by Redis's clock: slot s holds the minute it
+-- counts in m<s> and that minute's counts in <c><s>. A slot found holding
+-- an older minute is reset before it counts, so the ring needs no
+-- trimming and holds the last HSLOTS minutes at most. c is p (published),
+-- a (acked), r (rejected) or t (retried: went back to ready after a take).
+local HSLOTS = 64
+
+local function tally(mk, c, n, now)
+  if n <= 0 then
+    return
+  end
+  local minute = math.floor(now / 60000)
+  local s = minute % HSLOTS
+  redis.call('HINCRBY', mk, 'n' .. c, n)
+  if redis.call('HGET', mk, 'm' .. s) ~= tostring(minute) then
+    redis.call('HSET', mk, 'm' .. s, minute, 'p' .. s, 0, 'a' .. s, 0, 'r' .. s, 0, 't' .. s, 0)
+  end
+  redis.call('HINCRBY', mk, c .. s, n)
+end
+
 -- Count a delivery whose time to live ran out; keep it in rejected when the
 -- queue is configured so.
 local function expire(P, e)
@@ -655,6 +677,7 @@ local function expire_leases(P, now, max)
       end
     end
     if #found > 0 then
+      tally(P.meta, 't', #found, now)
       local nk = P.conns[conn].lost
       redis.call('HDEL', uk, unpack(found))
       redis.call('ZADD', nk, unpack(notes))

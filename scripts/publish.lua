@@ -25,7 +25,11 @@
 -- REPLY_KEEP after the last publish under its field.
 -- Returns how many it published: 0 when the send had run already.
 --
--- KEYS[1] ready, KEYS[2] the field's publish record (a string)
+-- It counts what it published in the queue's counters (see tally in
+-- lib.lua).
+--
+-- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
+-- the queue's meta hash
 -- ARGV[1] token, ARGV[2] how many envelopes the call has, ARGV[3..] the
 -- envelopes (small form only)
 local last = redis.call('SET', KEYS[2], ARGV[1], 'GET', 'PX', REPLY_KEEP)
@@ -39,4 +43,5 @@ end
 if #ARGV > 2 then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
+tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
 return tonumber(ARGV[2])

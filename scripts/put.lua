@@ -29,6 +29,7 @@ if due > now then
   for i = 6, #ARGV do
     schedule(P, ARGV[i], due)
   end
+  tally(P.meta, 'p', #ARGV - 5, now)
   return #ARGV - 5
 end
 local items = {}
@@ -42,4 +43,5 @@ for i = 6, #ARGV do
   items[#items + 1] = e
 end
 push_ready(P, prio, items, false)
+tally(P.meta, 'p', #items, now)
 return #items

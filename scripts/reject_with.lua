@@ -12,7 +12,9 @@ if not e then
   return reply
 end
 redis.call('LPUSH', P.rejected, ARGV[4])
+local now = now_ms()
+tally(P.meta, 'r', 1, now)
 if is_keyed_take(ARGV[2]) then
-  keyed().key_settled(P, keyed().key_of(e), now_ms())
+  keyed().key_settled(P, keyed().key_of(e), now)
 end
 return {1, 1}

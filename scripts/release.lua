@@ -15,6 +15,7 @@ if not e then
   return reply
 end
 local now = now_ms()
+tally(P.meta, 't', 1, now)
 local p
 e, p = again(e, now)
 if is_keyed_take(ARGV[2]) then

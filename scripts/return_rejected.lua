@@ -31,4 +31,5 @@ for _, e in ipairs(items) do
   end
 end
 push_groups(P, groups, false)
+tally(P.meta, 't', #items, now)
 return #items

@@ -52,6 +52,7 @@ if #fields > 0 then
     redis.call('HDEL', uk, unpack(fields, i, math.min(i + 999, #fields)))
   end
   push_groups(P, groups, true)
+  tally(P.meta, 't', #fields, now)
 end
 local remaining = redis.call('HLEN', uk)
 if remaining == 0 and ARGV[4] == '1' then

@@ -20,7 +20,8 @@
 --
 -- KEYS: the queue's keys with the storage of the connection, and for 'P'
 -- the destination queue's block (see scriptKeys in keys.go); for 'a' the
--- short layout below
+-- short layout below. Acks and rejections are counted (see tally in
+-- lib.lua); hand-backs and pushes are not.
 -- ARGV[1] connection name, ARGV[2] 'A' ack, 'a' ack of takes that are
 -- none keyed, 'L' reject (to the tail of
 -- rejected), 'P' push on (to the tail of the destination queue's ready
@@ -33,10 +34,10 @@ local conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local P, D
 if mode == 'a' then
   -- acks of plain (not keyed) takes, the common case, get a short layout:
-  -- KEYS consumers, leases and the connection's storage (see ackKeys in
-  -- keys.go). Each key costs the call about 0.2us.
+  -- KEYS consumers, leases, the connection's storage and meta (see
+  -- ackKeys in keys.go). Each key costs the call about 0.2us.
   P = {consumers = KEYS[1], leases = KEYS[2],
-    conns = {[conn] = {uk = KEYS[3], rk = KEYS[4], lost = KEYS[5], done = KEYS[6]}}}
+    conns = {[conn] = {uk = KEYS[3], rk = KEYS[4], lost = KEYS[5], done = KEYS[6]}}, meta = KEYS[7]}
   mode = 'A'
 else
   local _
@@ -81,6 +82,7 @@ local lk = P.leases
 local leases = redis.call('EXISTS', lk) == 1
 local out, flags, groups = {1}, {}, {}
 local now = nil
+local settled = 0
 for i = 5, #ARGV do
   local f, done = ARGV[i], 0
   local kt = is_keyed_take(f)
@@ -129,8 +131,11 @@ for i = 5, #ARGV do
       end
     end
   end
-  if done == 1 and leases then
-    redis.call('ZREM', lk, lease_member(f, conn))
+  if done == 1 then
+    settled = settled + 1
+    if leases then
+      redis.call('ZREM', lk, lease_member(f, conn))
+    end
   end
   out[#out + 1] = done
   flags[#flags + 1] = done
@@ -138,5 +143,11 @@ end
 -- The buffer comes back oldest first and must end at the front in that
 -- order: RPUSH them newest first (the caller sends them so).
 push_groups(P, groups, true)
+-- acks and rejections count in the queue's counters (see tally in lib.lua)
+if mode == 'A' then
+  tally(P.meta, 'a', settled, now or now_ms())
+elseif mode == 'L' then
+  tally(P.meta, 'r', settled, now or now_ms())
+end
 redis.call('HSET', rk, field, token .. '|' .. table.concat(flags))
 return out

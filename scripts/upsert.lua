@@ -26,4 +26,7 @@ if tonumber(ARGV[5]) > 0 then
 end
 out = keyed().key_upsert(P, ARGV[2], ARGV[7], ARGV[3], due, tonumber(ARGV[6]), now)
 remember(rec, token, out)
+if out == keyed().CREATED or out == keyed().QUEUED then
+  tally(P.meta, 'p', 1, now)
+end
 return out
