@@ -568,7 +568,12 @@ func statesList(states []redq.DeliveryState) string {
 // (exit status 2), and names what was not found (subject, such as
 // `delivery 0a1b… of queue "jobs"`) unless the error does already.
 func inspectorError(err error, name, subject string) error {
+	var ae *redq.ArgumentError
 	switch {
+	case errors.As(err, &ae) && ae.Arg == "delivery state":
+		// The delivery is there, in a state the action does not apply
+		// to: what Redis holds, not what the user typed.
+		return err
 	case errors.Is(err, redq.ErrorInvalidArgument):
 		return usageError{err}
 	case errors.Is(err, redq.ErrorNotFound) && !strings.Contains(err.Error(), name):

@@ -215,13 +215,14 @@ func TestInspectCommands(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^reminders\s+1\s+0\s*$`).MatchString(text) {
 			t.Errorf("timers:\n%s", text)
 		}
-		var rp roundPageJSON
-		if err := json.Unmarshal([]byte(mustRedq(t, tg.args("rounds", "--round", "feeds", "--json")...)), &rp); err != nil || rp.Total != 1 || len(rp.Items) != 1 {
-			t.Errorf("rounds --round feeds --json: %+v, %v; want its one item", rp, err)
-		}
 		text = mustRedq(t, tg.args("rounds")...)
 		if !regexp.MustCompile(`(?m)^feeds\s+5m0s\s+none\s+1\s+`).MatchString(text) {
 			t.Errorf("rounds:\n%s", text)
+		}
+		// Last: the round's items (a skip here leaves the checks above run).
+		var rp roundPageJSON
+		if err := json.Unmarshal([]byte(mustRedq(t, tg.args("rounds", "--round", "feeds", "--json")...)), &rp); err != nil || rp.Total != 1 || len(rp.Items) != 1 {
+			t.Errorf("rounds --round feeds --json: %+v, %v; want its one item", rp, err)
 		}
 	})
 }
