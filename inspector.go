@@ -7,15 +7,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// errNotImplemented is returned by the Inspector methods that are not
-// built yet.
-var errNotImplemented = errors.New("redq: not implemented yet")
 
 // Inspector reads and manages the queues, connections, timers and rounds of
 // one namespace without consuming: it lists deliveries in every state,
@@ -226,7 +223,8 @@ type RoundItemInfo struct {
 	// Data is the item's data.
 	Data []byte
 	// Added is when the item was added; LastIssued when it was last
-	// handed out (zero: never); NextDue when it is due again.
+	// handed out (zero: never); NextDue when it is due again (zero: it
+	// waits in the front line, due now).
 	Added, LastIssued, NextDue time.Time
 	// Issued counts the hand-outs of the item.
 	Issued int64
@@ -486,7 +484,83 @@ func (i *Inspector) Rounds(ctx context.Context) (map[string]RoundStat, error) {
 }
 
 // ListRound returns one page of a round's items, in the order they are
-// handed out; cursor "" is the first page.
+// handed out (the front line first, then by last hand-out); cursor "" is
+// the first page, Page.Next the next one; limit as ListOptions.Limit. An
+// unknown round returns an error matching ErrorNotFound.
 func (i *Inspector) ListRound(ctx context.Context, round string, cursor string, limit int) (RoundPage, error) {
-	return RoundPage{}, errNotImplemented
+	if why := validName(round); why != "" {
+		return RoundPage{}, argError("round name", round, why)
+	}
+	if limit < 0 || limit > MaxListLimit {
+		return RoundPage{}, argError("limit", limit, fmt.Sprintf("must be 0 (default %d) to %d", DefaultListLimit, MaxListLimit))
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	var off int64
+	if cursor != "" {
+		p, err := decodeCursor("round", cursor)
+		if err != nil {
+			return RoundPage{}, err
+		}
+		off = p.off
+	}
+	ok, err := i.client.SIsMember(ctx, i.keys.rounds(), round).Result()
+	if err != nil {
+		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+	}
+	if !ok {
+		return RoundPage{}, fmt.Errorf("%w: no round %q in namespace %q", ErrorNotFound, round, i.opts.namespace)
+	}
+	k := newRoundKeys(i.opts.namespace, round)
+	pipe := i.client.Pipeline()
+	total := pipe.ZCard(ctx, k.order)
+	period := pipe.HGet(ctx, k.state, "period")
+	ids := pipe.ZRangeWithScores(ctx, k.order, off, off+int64(limit)-1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+	}
+	page := RoundPage{Total: total.Val(), Items: []RoundItemInfo{}}
+	zs := ids.Val()
+	if len(zs) == 0 {
+		return page, nil
+	}
+	names := make([]string, len(zs))
+	for n, z := range zs {
+		names[n] = z.Member.(string)
+	}
+	pipe = i.client.Pipeline()
+	data := pipe.HMGet(ctx, k.data, names...)
+	info := pipe.HMGet(ctx, k.info, names...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+	}
+	per, _ := strconv.ParseInt(period.Val(), 10, 64)
+	ms := func(v int64) time.Time {
+		if v <= 0 {
+			return time.Time{}
+		}
+		return time.UnixMilli(v)
+	}
+	for n, id := range names {
+		it := RoundItemInfo{ID: id}
+		if d, ok := data.Val()[n].(string); ok {
+			it.Data = []byte(d)
+		}
+		if s, ok := info.Val()[n].(string); ok {
+			var f [5]int64
+			for j, part := range strings.SplitN(s, ",", 5) {
+				f[j], _ = strconv.ParseInt(part, 10, 64)
+			}
+			it.Added, it.Issued, it.LastIssued, it.ExpireAt = ms(f[0]), f[1], ms(f[2]), ms(f[3])
+		}
+		if zs[n].Score >= 0 && per > 0 {
+			it.NextDue = time.UnixMilli(int64(zs[n].Score) + per)
+		}
+		page.Items = append(page.Items, it)
+	}
+	if off+int64(len(zs)) < page.Total {
+		page.Next = encodeCursor("round", listPos{off: off + int64(len(zs))})
+	}
+	return page, nil
 }
