@@ -76,7 +76,7 @@ func TestReadOnlyCommands(t *testing.T) {
 		tg.args("delivery", "jobs", w.rejected), tg.args("delivery", "jobs", ids.Items[0].ID, "--json", "--payload-out", filepath.Join(t.TempDir(), "p")),
 		tg.args("connections"), tg.args("connections", "--json"),
 		tg.args("timers"), tg.args("timers", "--json"),
-		tg.args("rounds"), tg.args("rounds", "--json"),
+		tg.args("rounds"), tg.args("rounds", "--json"), tg.args("rounds", "--round", "feeds"), tg.args("rounds", "--round", "feeds", "--json"),
 		tg.args("stats"), tg.args("stats", "--json"),
 		{"version"}, {"version", "--json"}, {"help"}, {"help", "inspect"},
 		// Failures change nothing either.
