@@ -18,10 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redq/redq"
+	"github.com/redq/redq/internal/console"
 )
 
 const (
 	demoTag = "redq-demo"
+	// demoNamespace keeps the demo's keys apart from an application's,
+	// which use redq.DefaultNamespace unless they chose another.
+	demoNamespace = "redq-demo"
 
 	// How often the demo's background loops run.
 	produceEvery  = 50 * time.Millisecond
@@ -47,14 +51,25 @@ type demoConfig struct {
 	rejectPercent int
 	work          time.Duration
 	duration      time.Duration
+	keep          bool
 }
+
+// demoDetails is the demo's help text beyond its flags.
+const demoDetails = `
+Without --redis (and without $REDIS_URL) the demo runs on an embedded
+miniredis that ends with it. On a real Redis it works in the namespace
+--namespace (default "redq-demo", never the default namespace "redq" of
+applications). When that namespace held no keys when the demo started, the
+demo deletes its keys when it ends (pass --keep to look at them after);
+otherwise it leaves what it finds, and what it added, in place.`
 
 // demoCommand: redq demo [--redis URL] [--addr localhost:8080] [--queue demo]
 // [--consumers 4] [--rate 200] [--reject-percent 5] [--work 5ms] [--duration 0]
 func demoCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	var c demoConfig
-	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: an embedded miniredis)")
-	fs.StringVar(&c.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queues")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL: "+redisURLForm+" (default: $"+redisURLEnv+", else an embedded miniredis)")
+	fs.StringVar(&c.namespace, "namespace", demoNamespace, "namespace (key prefix) of the demo's queue")
+	fs.BoolVar(&c.keep, "keep", false, "keep the demo's keys in Redis when it ends (they are deleted when the namespace was empty at the start)")
 	fs.StringVar(&c.addr, "addr", "localhost:8080", `address of the stats page ("": no stats page)`)
 	fs.StringVar(&c.queue, "queue", "demo", "queue to publish to and consume from")
 	fs.IntVar(&c.consumers, "consumers", 4, "number of consumers")
@@ -92,18 +107,45 @@ type demoCounters struct {
 }
 
 func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
-	out := newConsole(stderr)
+	out := console.New(stderr)
 
 	// Redis: the one given, or an embedded miniredis whose clock we move,
 	// since miniredis expires keys (heartbeats) only when told time passed.
 	var client *redis.Client
 	var mini *miniredis.Miniredis
-	if c.redisURL != "" {
-		opts, err := redis.ParseURL(c.redisURL)
+	raw, from := c.redisURL, "--redis"
+	if raw == "" {
+		raw, from = os.Getenv(redisURLEnv), "$"+redisURLEnv
+	}
+	cleanup := func() {}
+	if raw != "" {
+		opts, err := parseRedisURL(raw, from)
 		if err != nil {
-			return usagef("invalid --redis URL: %w", err)
+			return err
 		}
 		client = redis.NewClient(opts)
+		out.Logf("redq demo: Redis at %s (from %s), namespace %q", opts.Addr, from, c.namespace)
+		empty, err := namespaceEmpty(ctx, client, c.namespace)
+		if err != nil {
+			client.Close()
+			return fmt.Errorf("connect to Redis at %s: %w", opts.Addr, err)
+		}
+		switch {
+		case c.keep:
+		case empty:
+			cleanup = func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				n, err := deleteNamespace(dctx, client, c.namespace)
+				if err != nil {
+					out.Logf("redq demo: delete namespace %q: %v", c.namespace, err)
+					return
+				}
+				out.Logf("redq demo: deleted the %d keys of namespace %q, which was empty when the demo started (--keep keeps them)", n, c.namespace)
+			}
+		default:
+			out.Logf("redq demo: namespace %q holds keys already; the demo leaves them, and its own, in place", c.namespace)
+		}
 	} else {
 		m, err := miniredis.Run()
 		if err != nil {
@@ -112,7 +154,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		defer m.Close()
 		mini = m
 		client = redis.NewClient(&redis.Options{Addr: m.Addr()})
-		out.logf("redq demo: embedded Redis (miniredis) at %s; pass --redis URL to use a real one", m.Addr())
+		out.Logf("redq demo: embedded Redis (miniredis) at %s; pass --redis URL to use a real one", m.Addr())
 	}
 
 	errChan := make(chan error, 64)
@@ -125,6 +167,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		return fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
 	}
 	defer client.Close()
+	// Deferred after the client's Close and before stopConsuming: it runs
+	// once the connection stopped, with the client still open.
+	defer cleanup()
 	stopConsuming := sync.OnceFunc(func() { <-conn.StopAllConsuming() })
 	defer stopConsuming() // for early returns; the normal way out is below
 	queue, err := conn.OpenQueue(c.queue)
@@ -143,7 +188,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		}
 		shutdownSrv = sync.OnceValue(srv.Shutdown)
 		defer shutdownSrv() // for early returns
-		out.logf("redq demo: stats page on %s", srv.URL())
+		out.Logf("redq demo: stats page on %s", srv.URL())
 	}
 
 	var n demoCounters
@@ -163,7 +208,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		defer cancel()
 	}
 	started := time.Now()
-	out.logf("redq demo: publishing %d/s to queue %q in namespace %q, %d consumers rejecting %d%%; %s",
+	out.Logf("redq demo: publishing %d/s to queue %q in namespace %q, %d consumers rejecting %d%%; %s",
 		c.rate, c.queue, c.namespace, c.consumers, c.rejectPercent, untilWhat(c.duration))
 
 	// The producer goes first on the way out, so it has its own group.
@@ -203,7 +248,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		k, err := queue.ReturnRejectedContext(runCtx, math.MaxInt64)
 		n.returned.Add(k)
 		if err != nil {
-			out.logf("return rejected: %v", err)
+			out.Logf("return rejected: %v", err)
 		}
 	})
 	cleaner := redq.NewCleaner(conn)
@@ -212,9 +257,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		n.cleaned.Add(k)
 		switch {
 		case err != nil && runCtx.Err() == nil:
-			out.logf("clean: %v", err)
+			out.Logf("clean: %v", err)
 		case k > 0:
-			out.logf("cleaner returned %d deliveries of dead connections and lost leases to ready", k)
+			out.Logf("cleaner returned %d deliveries of dead connections and lost leases to ready", k)
 		}
 	})
 	lastAcked, lastAt := int64(0), started
@@ -222,7 +267,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		s, err := conn.CollectStatsContext(runCtx, []string{c.queue})
 		if err != nil {
 			if runCtx.Err() == nil {
-				out.logf("stats: %v", err)
+				out.Logf("stats: %v", err)
 			}
 			return
 		}
@@ -230,7 +275,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		now, acked := time.Now(), n.acked.Load()
 		rate := float64(acked-lastAcked) / now.Sub(lastAt).Seconds()
 		lastAcked, lastAt = acked, now
-		out.progress(fmt.Sprintf("published %d  acked %d  rejected %d  | ready %d  unacked %d  rejected now %d  | %.0f acked/s",
+		out.Progress(fmt.Sprintf("published %d  acked %d  rejected %d  | ready %d  unacked %d  rejected now %d  | %.0f acked/s",
 			n.published.Load(), acked, n.rejected.Load(), qs.ReadyCount, qs.UnackedCount(), qs.RejectedCount, rate))
 	})
 	background.Add(1)
@@ -241,7 +286,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 			case <-runCtx.Done():
 				return
 			case err := <-errChan:
-				out.logf("redq: %v", err)
+				out.Logf("redq demo: %s", message(err))
 			}
 		}
 	}()
@@ -265,7 +310,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	stopConsuming()
 	if serveErr == nil {
 		if err := shutdownSrv(); err != nil {
-			out.logf("%v", err)
+			out.Logf("%v", err)
 		}
 	}
 
@@ -275,12 +320,12 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	defer cancel()
 	left := "left in Redis: unknown"
 	if s, err := conn.CollectStatsContext(sctx, []string{c.queue}); err != nil {
-		out.logf("final stats: %v", err)
+		out.Logf("final stats: %v", err)
 	} else {
 		qs := s.QueueStats[c.queue]
 		left = fmt.Sprintf("left in Redis: ready %d, rejected %d, unacked %d", qs.ReadyCount, qs.RejectedCount, qs.UnackedCount())
 	}
-	out.done()
+	out.Done()
 	fmt.Fprintf(stdout, "redq demo: %s: published %d, acked %d, rejected %d (returned %d), failed %d; %s\n",
 		time.Since(started).Round(100*time.Millisecond), n.published.Load(), n.acked.Load(), n.rejected.Load(),
 		n.returned.Load(), n.failed.Load(), left)
@@ -289,7 +334,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 
 // demoWorker returns a consumer that works for c.work and then acks, or
 // rejects about c.rejectPercent of the deliveries.
-func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
+func demoWorker(c demoConfig, n *demoCounters, out *console.Console) redq.ConsumerFunc {
 	return func(d redq.Delivery) {
 		if c.work > 0 {
 			time.Sleep(c.work)
@@ -297,7 +342,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 		if rand.IntN(100) < c.rejectPercent {
 			if err := d.Reject(); err != nil {
 				n.failed.Add(1)
-				out.logf("reject: %v", err)
+				out.Logf("reject: %v", err)
 				return
 			}
 			n.rejected.Add(1)
@@ -305,7 +350,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 		}
 		if err := d.Ack(); err != nil {
 			n.failed.Add(1)
-			out.logf("ack: %v", err)
+			out.Logf("ack: %v", err)
 			return
 		}
 		n.acked.Add(1)
@@ -314,7 +359,7 @@ func demoWorker(c demoConfig, n *demoCounters, out *console) redq.ConsumerFunc {
 
 // produce publishes rate deliveries per second until ctx is done, in one
 // call per tick holding whatever is due.
-func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, out *console) {
+func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, out *console.Console) {
 	start := time.Now()
 	ticker := time.NewTicker(produceEvery)
 	defer ticker.Stop()
@@ -340,7 +385,7 @@ func produce(ctx context.Context, queue redq.Queue, rate int, n *demoCounters, o
 		err := queue.PublishContext(pctx, batch...)
 		cancel()
 		if err != nil {
-			out.logf("publish: %v", err)
+			out.Logf("publish: %v", err)
 			continue
 		}
 		next += k
@@ -355,56 +400,44 @@ func untilWhat(d time.Duration) string {
 	return "Ctrl-C to stop"
 }
 
-// console writes the demo's output to stderr from many goroutines: log
-// lines, and a progress line that a terminal shows in place (carriage
-// return) and anything else gets one line at a time.
-type console struct {
-	mu      sync.Mutex
-	w       io.Writer
-	tty     bool
-	showing bool // a progress line is on screen without a newline
-}
-
-func newConsole(w io.Writer) *console {
-	c := &console{w: w}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			c.tty = true
+// namespaceEmpty reports whether Redis holds no key of namespace ns.
+func namespaceEmpty(ctx context.Context, client *redis.Client, ns string) (bool, error) {
+	for _, pattern := range namespacePatterns(ns) {
+		iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
+		if iter.Next(ctx) {
+			return false, nil
+		}
+		if err := iter.Err(); err != nil {
+			return false, err
 		}
 	}
-	return c
+	return true, nil
 }
 
-const clearLine = "\r\033[K"
-
-func (c *console) progress(line string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.tty {
-		fmt.Fprintln(c.w, line)
-		return
+// deleteNamespace deletes every key of namespace ns and returns how many.
+func deleteNamespace(ctx context.Context, client *redis.Client, ns string) (int64, error) {
+	var n int64
+	for _, pattern := range namespacePatterns(ns) {
+		iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			k, err := client.Unlink(ctx, iter.Val()).Result()
+			if err != nil {
+				return n, err
+			}
+			n += k
+		}
+		if err := iter.Err(); err != nil {
+			return n, err
+		}
 	}
-	fmt.Fprint(c.w, clearLine+line)
-	c.showing = true
+	return n, nil
 }
 
-func (c *console) logf(format string, args ...any) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
-	if c.showing {
-		fmt.Fprint(c.w, clearLine)
-		c.showing = false
-	}
-	fmt.Fprintln(c.w, msg)
+// namespacePatterns match the keys of namespace ns: its global keys
+// {ns}:... and its queues' keys ns:{queue}:... (see keys.go).
+func namespacePatterns(ns string) []string {
+	esc := globEscaper.Replace(ns)
+	return []string{"{" + esc + "}:*", esc + ":{*"}
 }
 
-// done ends a progress line that is on screen.
-func (c *console) done() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.showing {
-		fmt.Fprintln(c.w)
-		c.showing = false
-	}
-}
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)

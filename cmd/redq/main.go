@@ -1,7 +1,9 @@
-// Command redq runs and operates redq work queues on Redis: a demo with a
-// live stats page, the stats page on its own, a cleaner, the operations an
-// operator needs after a downstream outage, and a soak that proves the
-// library's reliability contract under faults.
+// Command redq runs and operates redq work queues on Redis: it lists queues,
+// deliveries, connections, timers and rounds without changing anything,
+// acts on one delivery or queue (retry, delete, purge, pause, resume, run
+// now, cancel), runs a demo, the dashboard, a cleaner and a migration from
+// rmq, and a soak that proves the library's reliability contract under
+// faults.
 //
 // Usage:
 //
@@ -21,6 +23,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq/internal/soak"
 )
 
 func main() {
@@ -31,40 +37,82 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	// go-redis logs every failed dial on its own; the commands report
+	// what failed once, in a line of their own.
+	redis.SetLogger(quietRedisLog{})
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
+// quietRedisLog drops go-redis's internal log lines.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
 // command is one subcommand of redq.
 type command struct {
 	name    string
 	summary string
-	// flags declares the command's flags on fs and returns the function
-	// that runs the command once they are parsed.
+	// group is the heading "redq help" lists the command under.
+	group string
+	// flags declares the flags of a command that takes no arguments on fs
+	// and returns the function that runs the command once they are parsed.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout, stderr io.Writer) error
+	// argFlags is flags for a command with positional arguments, named by
+	// args; the function it returns gets them (exactly as many as args
+	// names).
+	argFlags func(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	args     []string
 	// details, if any, is printed by "redq help <command>" between the
 	// summary and the flags.
 	details string
 }
 
-// commands are listed by "redq help" in this order.
+// Groups of commands, in the order "redq help" lists them.
+const (
+	groupInspect     = "inspect (read-only: they register nothing and change nothing in Redis)"
+	groupAct         = "act on queues and deliveries"
+	groupRun         = "run"
+	groupMaintenance = "maintenance"
+)
+
+var groups = []string{groupInspect, groupAct, groupRun, groupMaintenance}
+
+// commands are listed by "redq help" in this order, by group.
 var commands = []command{
-	{name: "demo", summary: "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", flags: demoCommand},
-	{name: "serve", summary: "serve the dashboard of a namespace: queues, deliveries, connections, and actions with --actions", flags: serveCommand, details: serveDetails},
-	{name: "stats", summary: "print the counts of every open queue", flags: statsCommand},
-	{name: "clean", summary: "return the deliveries of dead connections and lost leases to ready, once or periodically", flags: cleanCommand},
-	{name: "return-rejected", summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},
-	{name: "purge-rejected", summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
-	{name: "migrate-from-rmq", summary: "move an rmq v5 deployment's deliveries into redq's layout (try --dry-run first)", flags: migrateCommand, details: migrateDetails},
-	{name: "soak", summary: "prove the reliability contract under faults (SIGKILL, SIGSTOP, Redis restarts) on a private redis-server",
-		flags: soakCommand, details: soakDetails},
+	{name: "queues", group: groupInspect, summary: "list the open queues with their counts, paused state and totals", flags: queuesCommand},
+	{name: "inspect", group: groupInspect, args: []string{"QUEUE"}, summary: "list a queue's deliveries in one state, a page at a time", argFlags: inspectCommand, details: inspectDetails},
+	{name: "delivery", group: groupInspect, args: []string{"QUEUE", "ID"}, summary: "show one delivery: payload, headers, attempts, times and reject reason", argFlags: deliveryCommand},
+	{name: "connections", group: groupInspect, summary: "list the connections with their state, heartbeat age and unacked deliveries", flags: connectionsCommand},
+	{name: "timers", group: groupInspect, summary: "list the timer sets with their counts", flags: timersCommand},
+	{name: "rounds", group: groupInspect, summary: "list the rounds with their counts, or a round's items with --round NAME", flags: roundsCommand},
+	{name: "stats", group: groupInspect, summary: "print the counts of every open queue", flags: statsCommand},
+
+	{name: "retry", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "move a rejected or delayed delivery to ready now", argFlags: retryCommand},
+	{name: "delete", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "delete a ready, delayed or rejected delivery", argFlags: deleteCommand},
+	{name: "purge", group: groupAct, args: []string{"QUEUE"}, summary: "delete every delivery of a queue in one state (ready, delayed or rejected); needs --yes", argFlags: purgeCommand},
+	{name: "pause", group: groupAct, args: []string{"QUEUE"}, summary: "stop every connection from fetching from a queue (publishes and acks go on)", argFlags: pauseCommand},
+	{name: "resume", group: groupAct, args: []string{"QUEUE"}, summary: "let connections fetch from a paused queue again", argFlags: resumeCommand},
+	{name: "run-now", group: groupAct, args: []string{"QUEUE", "KEY"}, summary: "make a keyed item due now", argFlags: runNowCommand},
+	{name: "cancel", group: groupAct, args: []string{"QUEUE", "KEY"}, summary: "remove a keyed item that is pending", argFlags: cancelCommand},
+	{name: "return-rejected", group: groupAct, summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},
+	{name: "purge-rejected", group: groupAct, summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
+
+	{name: "demo", group: groupRun, summary: "run producers, consumers, a cleaner and the stats page on an embedded or real Redis", flags: demoCommand, details: demoDetails},
+	{name: "serve", group: groupRun, summary: "serve the dashboard of a namespace: queues, deliveries, connections, and actions with --actions", flags: serveCommand, details: serveDetails},
+	{name: "soak", group: groupRun, summary: "prove the reliability contract under faults (SIGKILL, SIGSTOP, Redis restarts) on a private redis-server",
+		flags: soak.Command, details: soak.Details},
+
+	{name: "clean", group: groupMaintenance, summary: "return the deliveries of dead connections and lost leases to ready, once or periodically", flags: cleanCommand},
+	{name: "migrate-from-rmq", group: groupMaintenance, summary: "move an rmq v5 deployment's deliveries into redq's layout (try --dry-run first)", flags: migrateCommand, details: migrateDetails},
+	{name: "version", group: groupMaintenance, summary: "print redq's version and how it was built", flags: versionCommand},
 }
 
 // hiddenCommands run like commands but are not listed: programs start
 // them, people do not.
 var hiddenCommands = []command{
-	{name: "soak-worker", summary: "run one consumer process of a soak (started by redq soak)", flags: soakWorkerCommand},
+	{name: soak.WorkerCommandName, summary: "run one consumer process of a soak (started by redq soak)", flags: soak.WorkerCommand},
 }
 
 func lookup(name string) *command {
@@ -102,6 +150,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return 0
+	case "-version", "--version":
+		name = "version"
 	}
 	cmd := lookup(name)
 	if cmd == nil {
@@ -111,7 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs, runCommand := newFlagSet(cmd)
 	fs.SetOutput(io.Discard) // we report parse errors ourselves, once
-	if err := fs.Parse(args); err != nil {
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.Usage()
@@ -119,35 +170,75 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return usageFailure(stderr, cmd, err)
 	}
-	if fs.NArg() > 0 {
-		return usageFailure(stderr, cmd, fmt.Errorf("unexpected argument %q (flags go before arguments; this command takes none)", fs.Arg(0)))
+	switch {
+	case len(positional) > len(cmd.args) && len(cmd.args) == 0:
+		return usageFailure(stderr, cmd, fmt.Errorf("unexpected argument %q (this command takes none)", positional[0]))
+	case len(positional) > len(cmd.args):
+		return usageFailure(stderr, cmd, fmt.Errorf("unexpected argument %q (this command takes %s)", positional[len(cmd.args)], strings.Join(cmd.args, " ")))
+	case len(positional) < len(cmd.args):
+		return usageFailure(stderr, cmd, fmt.Errorf("missing %s", strings.Join(cmd.args[len(positional):], " ")))
 	}
-	err := runCommand(ctx, stdout, stderr)
+	err = runCommand(ctx, positional, stdout, stderr)
 	var ue usageError
+	var sue soak.UsageError
 	var es exitStatus
+	var see soak.ExitError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &sue):
 		return usageFailure(stderr, cmd, err)
 	case errors.As(err, &es):
 		if es.err != nil {
-			fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, es.err)
+			printError(stderr, cmd, es.err)
 		}
 		return es.code
+	case errors.As(err, &see):
+		if see.Err != nil {
+			printError(stderr, cmd, see.Err)
+		}
+		return see.Code
 	default:
-		fmt.Fprintf(stderr, "redq %s: %v\n", cmd.name, err)
+		printError(stderr, cmd, err)
 		return 1
+	}
+}
+
+// parseInterspersed parses args on fs, allowing flags after positional
+// arguments ("redq inspect jobs --state rejected"), and returns the
+// positional arguments. After "--" everything is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		// flag stops at the first non-flag, or consumes a "--" before it.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
 }
 
 // newFlagSet returns the command's flag set, with its usage text, and the
 // function that runs the command once the flags are parsed.
-func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, stdout, stderr io.Writer) error) {
+func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
 	fs := flag.NewFlagSet("redq "+cmd.name, flag.ContinueOnError)
-	runCommand := cmd.flags(fs)
+	var runCommand func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	if cmd.argFlags != nil {
+		runCommand = cmd.argFlags(fs)
+	} else {
+		f := cmd.flags(fs)
+		runCommand = func(ctx context.Context, _ []string, stdout, stderr io.Writer) error { return f(ctx, stdout, stderr) }
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redq %s [flags]\n\n%s.\n\n", cmd.name, capitalize(cmd.summary))
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s.\n\n", usageLine(cmd), capitalize(cmd.summary))
 		if cmd.details != "" {
 			fmt.Fprintf(fs.Output(), "%s\n\n", strings.TrimSpace(cmd.details))
 		}
@@ -157,17 +248,46 @@ func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, stdout, 
 	return fs, runCommand
 }
 
+func usageLine(cmd *command) string {
+	line := "redq " + cmd.name
+	if len(cmd.args) > 0 {
+		line += " " + strings.Join(cmd.args, " ")
+	}
+	return line + " [flags]"
+}
+
 func usageFailure(stderr io.Writer, cmd *command, err error) int {
-	fmt.Fprintf(stderr, "redq %s: %v\nRun 'redq help %s' for usage.\n", cmd.name, err, cmd.name)
+	fmt.Fprintf(stderr, "redq %s: %s\nusage: %s\nRun 'redq help %s' for details.\n", cmd.name, message(err), usageLine(cmd), cmd.name)
 	return 2
 }
 
+// printError prints a command's failure as one line.
+func printError(stderr io.Writer, cmd *command, err error) {
+	fmt.Fprintf(stderr, "redq %s: %s\n", cmd.name, message(err))
+}
+
+// message is err's text as one line with the library's "redq: " prefixes
+// taken out: the line already starts with "redq <command>: ".
+func message(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "redq: ", "")
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	return msg
+}
+
 func printUsage(w io.Writer) {
-	fmt.Fprint(w, "redq runs and operates redq work queues on Redis.\n\nusage: redq <command> [flags]\n\ncommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-16s %s\n", c.name, c.summary)
+	fmt.Fprint(w, "redq runs and operates redq work queues on Redis.\n\nusage: redq <command> [arguments] [flags]\n")
+	for _, g := range groups {
+		fmt.Fprintf(w, "\n%s:\n", capitalize(g))
+		for _, c := range commands {
+			if c.group != g {
+				continue
+			}
+			fmt.Fprintf(w, "  %-28s %s\n", strings.TrimSpace(c.name+" "+strings.Join(c.args, " ")), c.summary)
+		}
 	}
-	fmt.Fprint(w, "  help             show this list, or a command's flags: redq help <command>\n")
+	fmt.Fprint(w, "\n  help [command]               show this list, or a command's flags\n")
+	fmt.Fprint(w, "\nRedis: --redis URL (redis://[user:pass@]host:port/db, rediss://... for TLS, or host:port),\n"+
+		"else $REDIS_URL. Namespace: --namespace (default \"redq\").\n")
 	fmt.Fprint(w, "\nExample: redq demo --duration 5s\n")
 }
 

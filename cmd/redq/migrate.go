@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -104,19 +105,26 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer
 // migrationClient connects to the Redis of --redis, a cluster with cluster, and says
 // where that is.
 func migrationClient(f *redisFlags, cluster bool) (redis.UniversalClient, string, error) {
-	if f.url == "" {
-		return nil, "", usagef("--redis is required")
-	}
 	if cluster {
-		opts, err := redis.ParseClusterURL(f.url)
+		raw, from := f.url, "--redis"
+		if raw == "" {
+			raw, from = os.Getenv(redisURLEnv), "$"+redisURLEnv
+		}
+		if raw == "" {
+			return nil, "", usagef("--redis is required (or set $%s): redis://host:port?addr=host2:port2 naming nodes of the cluster", redisURLEnv)
+		}
+		if !strings.Contains(raw, "://") {
+			raw = "redis://" + raw
+		}
+		opts, err := redis.ParseClusterURL(raw)
 		if err != nil {
-			return nil, "", usagef("invalid --redis URL for a cluster: %w", err)
+			return nil, "", usagef("invalid %s for a cluster (%v): want redis://host:port?addr=host2:port2", from, err)
 		}
 		return redis.NewClusterClient(opts), "cluster " + strings.Join(opts.Addrs, ","), nil
 	}
-	opts, err := redis.ParseURL(f.url)
+	opts, err := f.options()
 	if err != nil {
-		return nil, "", usagef("invalid --redis URL: %w", err)
+		return nil, "", err
 	}
 	return redis.NewClient(opts), fmt.Sprintf("%s db %d", opts.Addr, opts.DB), nil
 }

@@ -42,7 +42,7 @@ func TestMigrateFromRmqKilled(t *testing.T) {
 	}
 	for kill := range 3 {
 		cmd := exec.Command(exe, tg.args("migrate-from-rmq", "--chunk", "100", "--progress", "1ns")...)
-		cmd.Env = append(os.Environ(), soakWorkerEnv+"=1")
+		cmd.Env = append(os.Environ(), runCommandEnv+"=1")
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)

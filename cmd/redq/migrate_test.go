@@ -218,6 +218,7 @@ func TestMigrateFromRmqCommand(t *testing.T) {
 }
 
 func TestMigrateFromRmqCommandFailures(t *testing.T) {
+	t.Setenv(redisURLEnv, "")
 	m := miniredis.RunT(t)
 	url := "redis://" + m.Addr() + "/0"
 	for _, tc := range []struct {
@@ -225,17 +226,17 @@ func TestMigrateFromRmqCommandFailures(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"migrate-from-rmq"}, 2, "--redis is required"},
+		{[]string{"migrate-from-rmq"}, 2, "--redis is required (or set $REDIS_URL)"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--chunk", "0"}, 2, "--chunk must be 1 to 10000"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--chunk", "10001"}, 2, "--chunk must be 1 to 10000"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--hash-tags", "yes"}, 2, "--hash-tags must be auto, on or off"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--progress", "-1s"}, 2, "--progress must not be negative"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--queues", ", ,"}, 2, "--queues names no queue"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--namespace", "a:b"}, 2, "invalid namespace"},
-		{[]string{"migrate-from-rmq", "--redis", "http://x"}, 2, "invalid --redis URL"},
+		{[]string{"migrate-from-rmq", "--redis", "http://x"}, 2, `invalid --redis "http://x"`},
 		{[]string{"help", "migrate-from-rmq"}, 0, "-dry-run"},
 		{[]string{"help"}, 0, "migrate-from-rmq"},
-		{[]string{"migrate-from-rmq", "--redis", url}, 1, "no rmq data in Redis at " + m.Addr() + " db 0: redq: no rmq data found: rmq::queues and rmq::connections are empty"},
+		{[]string{"migrate-from-rmq", "--redis", url}, 1, "no rmq data in Redis at " + m.Addr() + " db 0: no rmq data found: rmq::queues and rmq::connections are empty"},
 		{[]string{"migrate-from-rmq", "--redis", url, "--dry-run"}, 1, "no rmq data"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,36 +14,26 @@ import (
 	"github.com/redq/redq"
 )
 
-// statsCommand: redq stats --redis URL [--namespace redq] [--json]
+// statsCommand: redq stats --redis URL [--namespace redq] [--json]. It
+// reads through an Inspector: it registers no connection and changes
+// nothing in Redis.
 func statsCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	rf := addRedisFlags(fs)
 	asJSON := fs.Bool("json", false, "print the stats as JSON")
 	return func(ctx context.Context, stdout, stderr io.Writer) error {
-		conn, closeConn, err := rf.open(ctx, cliTag, nil)
+		in, closeIn, err := rf.inspector(ctx)
 		if err != nil {
 			return err
 		}
-		defer closeConn()
-		queues, err := conn.GetOpenQueuesContext(ctx)
+		defer closeIn()
+		stats, err := in.Stats(ctx)
 		if err != nil {
 			return err
 		}
-		sort.Strings(queues)
-		stats, err := conn.CollectStatsContext(ctx, queues)
-		if err != nil {
-			return err
-		}
-		// This command's own connection is not part of the picture.
-		delete(stats.OtherConnections, connectionName(conn))
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(stats); err != nil {
-				return fmt.Errorf("write JSON: %w", err)
-			}
-			return nil
+			return writeJSON(stdout, stats)
 		}
-		if len(queues) == 0 {
+		if len(stats.QueueStats) == 0 {
 			fmt.Fprintf(stderr, "redq: no open queues in namespace %q\n", rf.namespace)
 		}
 		_, err = io.WriteString(stdout, stats.String())

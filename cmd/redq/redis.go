@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,6 +20,12 @@ import (
 // cliTag names the connections of every command but demo.
 const cliTag = "redq-cli"
 
+// redisURLEnv names the environment variable that --redis falls back to.
+const redisURLEnv = "REDIS_URL"
+
+// redisURLForm is the hint shown with a --redis value that is not a URL.
+const redisURLForm = "redis://[user:pass@]host:port/db, rediss://[user:pass@]host:port/db for TLS, or host:port"
+
 // redisFlags are the flags that say which Redis and namespace to work on.
 type redisFlags struct {
 	url       string
@@ -25,22 +34,88 @@ type redisFlags struct {
 
 func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 	f := &redisFlags{}
-	fs.StringVar(&f.url, "redis", "", "Redis URL, e.g. redis://localhost:6379/0 or rediss://user:password@host:6380 (required)")
+	fs.StringVar(&f.url, "redis", "", "Redis URL: "+redisURLForm+" (default: $"+redisURLEnv+")")
 	fs.StringVar(&f.namespace, "namespace", redq.DefaultNamespace, "namespace (key prefix) of the queues")
 	return f
+}
+
+// options returns the client options of --redis, else of $REDIS_URL.
+func (f *redisFlags) options() (*redis.Options, error) {
+	raw, from := f.url, "--redis"
+	if raw == "" {
+		raw, from = os.Getenv(redisURLEnv), "$"+redisURLEnv
+	}
+	if raw == "" {
+		return nil, usagef("--redis is required (or set $%s): %s", redisURLEnv, redisURLForm)
+	}
+	return parseRedisURL(raw, from)
+}
+
+// parseRedisURL parses a Redis URL, or host:port (and :port, meaning
+// localhost) as redis://host:port. from names where raw came from, for the
+// error.
+func parseRedisURL(raw, from string) (*redis.Options, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || port == "" || strings.ContainsAny(host, "/@?") {
+			return nil, usagef("invalid %s %q: want %s", from, raw, redisURLForm)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return nil, usagef("invalid %s %q: the port must be a number from 0 to 65535; want %s", from, raw, redisURLForm)
+		}
+		if host == "" {
+			host = "localhost"
+		}
+		s = "redis://" + net.JoinHostPort(host, port)
+	}
+	opts, err := redis.ParseURL(s)
+	if err != nil {
+		return nil, usagef("invalid %s %q (%v): want %s", from, raw, err, redisURLForm)
+	}
+	return opts, nil
+}
+
+// client returns a client for the Redis of --redis; the caller closes it.
+func (f *redisFlags) client() (*redis.Client, error) {
+	opts, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opts), nil
+}
+
+// inspector returns an Inspector of the namespace and the function that
+// closes its client. It registers nothing in Redis and writes nothing.
+func (f *redisFlags) inspector(ctx context.Context) (*redq.Inspector, func(), error) {
+	client, err := f.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := redq.NewInspector(client, redq.WithNamespace(f.namespace))
+	if err != nil {
+		client.Close()
+		if errors.Is(err, redq.ErrorInvalidArgument) {
+			return nil, nil, usageError{err}
+		}
+		return nil, nil, err
+	}
+	// A ping tells "cannot reach Redis" apart from what the command does.
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
+	}
+	return in, func() { client.Close() }, nil
 }
 
 // open connects to Redis and opens a redq connection tagged tag. close
 // stops the connection (deleting its heartbeat) and closes the client.
 func (f *redisFlags) open(ctx context.Context, tag string, errChan chan<- error) (conn redq.Connection, close func(), err error) {
-	if f.url == "" {
-		return nil, nil, usagef("--redis is required")
-	}
-	opts, err := redis.ParseURL(f.url)
+	client, err := f.client()
 	if err != nil {
-		return nil, nil, usagef("invalid --redis URL: %w", err)
+		return nil, nil, err
 	}
-	return openClient(ctx, redis.NewClient(opts), tag, f.namespace, errChan)
+	return openClient(ctx, client, tag, f.namespace, errChan)
 }
 
 // openClient opens a redq connection on client; on failure the client is

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package soak
 
 import (
 	"context"
@@ -20,10 +20,10 @@ import (
 	"github.com/redq/redq"
 )
 
-// soakWorkerEnv is set in the environment of the soak's worker processes,
+// WorkerEnv is set in the environment of the soak's worker processes,
 // so that a test binary that runs the soak in-process (and is re-executed
 // as its workers) knows to run the worker instead of the tests.
-const soakWorkerEnv = "REDQ_SOAK_WORKER"
+const WorkerEnv = "REDQ_SOAK_WORKER"
 
 // workerConfig holds the flags of redq soak-worker.
 type workerConfig struct {
@@ -43,9 +43,11 @@ type workerConfig struct {
 	seed           uint64
 }
 
-// soakWorkerCommand: redq soak-worker, one consumer process of a soak (see
-// soak.go). It is not listed by "redq help": the soak starts it.
-func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+// WorkerCommand declares the flags of redq soak-worker, one consumer
+// process of a soak (see soak.go), on fs and returns the function that runs
+// it. The command is not listed by "redq help": the soak starts it. It ends
+// with an ExitError whose code tells the soak why it stopped.
+func WorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	var c workerConfig
 	fs.StringVar(&c.addr, "addr", "", "Redis address, host:port (required); with -cluster, the nodes' addresses separated by commas")
 	fs.BoolVar(&c.cluster, "cluster", false, "Redis is a cluster: use go-redis's cluster client with its default options")
@@ -70,7 +72,7 @@ func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Wri
 }
 
 // eventLog appends lines to a worker's log, each with one write call, so
-// that a SIGKILL never leaves half a line (see soak_log.go).
+// that a SIGKILL never leaves half a line (see log.go).
 type eventLog struct {
 	mu     sync.Mutex
 	f      *os.File
@@ -125,7 +127,7 @@ type soakWorker struct {
 func runSoakWorker(ctx context.Context, c workerConfig) error {
 	f, err := os.OpenFile(c.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return exitStatus{workerExitFailed, fmt.Errorf("open log: %w", err)}
+		return ExitError{workerExitFailed, fmt.Errorf("open log: %w", err)}
 	}
 	w := &soakWorker{c: c, log: &eventLog{f: f}, giveUp: make(chan struct{})}
 	defer w.log.close()
@@ -146,9 +148,9 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 		return err
 	})
 	if err != nil {
-		return exitStatus{workerExitFailed, err}
+		return ExitError{workerExitFailed, err}
 	}
-	w.log.event(lineStart, strconv.Itoa(os.Getpid()), connectionName(conn), nowNano())
+	w.log.event(lineStart, strconv.Itoa(os.Getpid()), connName(conn), nowNano())
 	go w.watchErrors(errs)
 
 	names := strings.Split(c.queue, ",")
@@ -196,7 +198,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			endTakers()
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			w.log.event(lineStopped, stoppedGaveUp, nowNano())
-			return exitStatus{code: workerExitGaveUp}
+			return ExitError{Code: workerExitGaveUp}
 		case <-probe.C:
 			if !stoppedByItself(conn, queue) {
 				continue
@@ -206,7 +208,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 			waitClosed(conn.StopAllConsuming(), 30*time.Second)
 			endTakers()
 			w.log.event(lineStopped, stoppedHB, nowNano())
-			return exitStatus{code: workerExitHBErrors}
+			return ExitError{Code: workerExitHBErrors}
 		}
 	}
 }
@@ -223,10 +225,10 @@ func (w *soakWorker) setupFailed(ctx context.Context, conn redq.Connection, err 
 	case errors.Is(err, redq.ErrorConsumingStopped):
 		waitClosed(conn.StopAllConsuming(), 30*time.Second)
 		w.log.event(lineStopped, stoppedHB, nowNano())
-		return exitStatus{code: workerExitHBErrors}
+		return ExitError{Code: workerExitHBErrors}
 	}
 	<-conn.StopAllConsuming()
-	return exitStatus{workerExitFailed, err}
+	return ExitError{workerExitFailed, err}
 }
 
 // startQueue opens a queue, starts consuming it with the worker's
@@ -404,4 +406,12 @@ func retryFor(ctx context.Context, limit time.Duration, f func() error) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// connName returns the full name of a redq connection, if it tells.
+func connName(conn redq.Connection) string {
+	if n, ok := conn.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
 }

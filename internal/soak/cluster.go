@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package soak
 
 import (
 	"bytes"
@@ -462,7 +462,7 @@ func (s *soak) reshard(ctx context.Context, rng *rand.Rand, last int) (int, stri
 			// mid-migration. Keep trying a while, then give up loudly.
 			if failing.IsZero() {
 				failing = time.Now()
-				s.out.logf("soak %s: resharding of slot %d (queue %s): %v", s.since(), slot, name, err)
+				s.out.Logf("soak %s: resharding of slot %d (queue %s): %v", s.since(), slot, name, err)
 			}
 			if time.Since(failing) > 10*time.Second {
 				return qi, "", fmt.Errorf("resharding of slot %d (queue %s) from %s to %s is stuck after %d keys: %w", slot, name, from.Addr(), to.Addr(), moved, err)

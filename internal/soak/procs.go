@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package soak
 
 import (
 	"bufio"
@@ -95,13 +95,13 @@ func (s *soak) startWorker() (*soakProc, error) {
 	} else {
 		addr = s.srv.Addr()
 	}
-	cmd := exec.Command(s.exe, "soak-worker",
+	cmd := exec.Command(s.exe, WorkerCommandName,
 		"-addr", addr, "-cluster="+strconv.FormatBool(s.cluster != nil),
 		"-namespace", soakNamespace, "-queue", strings.Join(s.names, ","),
 		"-log", p.log, "-tag", fmt.Sprintf("soak-w%d", idx),
 		"-hb-interval", c.hbInterval.String(), "-hb-ttl", c.hbTTL.String(),
 		"-work", c.work.String(), "-seed", strconv.FormatUint(c.seed+uint64(idx), 10))
-	cmd.Env = append(os.Environ(), soakWorkerEnv+"=1")
+	cmd.Env = append(os.Environ(), WorkerEnv+"=1")
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	// Its own process group (a Ctrl-C reaches the soak, which stops its
 	// workers), and it dies with the soak.
@@ -143,7 +143,7 @@ func (s *soak) supervise(ctx context.Context) {
 		switch code := p.exitCode; {
 		case killed, code == workerExitAsked, code == workerExitLost:
 		default:
-			s.out.logf("soak %s: worker %d (pid %d) exited with status %d: %s", s.since(), p.index, p.pid, code, p.stderrTail())
+			s.out.Logf("soak %s: worker %d (pid %d) exited with status %d: %s", s.since(), p.index, p.pid, code, p.stderrTail())
 		}
 		// A worker that cannot even start must not be restarted forever.
 		if !killed && time.Since(p.started) < 2*time.Second && p.exitCode != workerExitLost {
@@ -182,7 +182,7 @@ func (s *soak) stopWorkers() {
 			s.mu.Lock()
 			p.killed, p.forced = true, true
 			s.mu.Unlock()
-			s.out.logf("soak: worker %d (pid %d) did not stop within 30s of SIGTERM: SIGKILL", p.index, p.pid)
+			s.out.Logf("soak: worker %d (pid %d) did not stop within 30s of SIGTERM: SIGKILL", p.index, p.pid)
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 			<-p.done
 		}
@@ -253,7 +253,7 @@ type faultStats struct {
 	kills, sigstops, redisTerms, redisKills, skipped int
 	masterKills, reshards                            int
 	// topology is what the master SIGKILLs and reshardings showed (see
-	// soak_cluster.go).
+	// cluster.go).
 	topology []topologyFault
 }
 
@@ -301,7 +301,7 @@ func (s *soak) runFaults(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.out.logf("soak %s: fault %d/%d (from %s): %s", s.since(), i+1, len(plan), began, what)
+		s.out.Logf("soak %s: fault %d/%d (from %s): %s", s.since(), i+1, len(plan), began, what)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package soak
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 )
 
 // The soak's checker reads what the soak recorded (the outcome of every
-// publish) and what the workers logged (see soak_log.go), and judges the
+// publish) and what the workers logged (see log.go), and judges the
 // run against the reliability contract. Its bookkeeping is one small
 // record per payload number in slices, not maps of strings, so that a run
 // of millions of deliveries fits in a few tens of megabytes.

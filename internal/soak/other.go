@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package soak
 
 import (
 	"context"
@@ -12,16 +12,17 @@ import (
 // The soak pauses, kills and re-parents processes with Linux's signals and
 // process attributes (SIGSTOP, Pdeathsig); elsewhere it says so.
 
-const soakDetails = "The soak runs on Linux only."
+// Details is the soak's help text beyond its flags.
+const Details = "The soak runs on Linux only."
 
 var errSoakLinuxOnly = errors.New("the soak runs on Linux only")
 
-// soakCommand: redq soak, which runs on Linux only.
-func soakCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+// Command declares redq soak, which runs on Linux only.
+func Command(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	return func(context.Context, io.Writer, io.Writer) error { return errSoakLinuxOnly }
 }
 
-// soakWorkerCommand: redq soak-worker, which runs on Linux only.
-func soakWorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+// WorkerCommand declares redq soak-worker, which runs on Linux only.
+func WorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	return func(context.Context, io.Writer, io.Writer) error { return errSoakLinuxOnly }
 }

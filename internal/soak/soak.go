@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package soak
 
 import (
 	"context"
@@ -21,11 +21,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redq/redq"
+	"github.com/redq/redq/internal/console"
 	"github.com/redq/redq/internal/redistest"
 )
 
-// soakDetails is the soak's help text beyond its flags.
-const soakDetails = `
+// Details is the soak's help text beyond its flags.
+const Details = `
 The soak runs the library as a production user would and checks its
 reliability contract. It starts a private redis-server on a free loopback
 port (AOF with appendfsync always; it never touches a Redis on 6379),
@@ -113,15 +114,17 @@ type soakConfig struct {
 	dir                                     string
 	keep                                    bool
 
-	// Cluster mode (see soak_cluster.go).
+	// Cluster mode (see cluster.go).
 	cluster               bool
 	queues                int
 	masterKills, reshards int
 	resumeLimit           time.Duration
 }
 
-// soakCommand: redq soak [-n 20000] [-workers 4] [-rate 1000] [faults...]
-func soakCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
+// Command declares the flags of redq soak [-n 20000] [-workers 4] [-rate
+// 1000] [faults...] on fs and returns the function that runs the soak once
+// they are parsed. Bad flags make it return a UsageError.
+func Command(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) error {
 	c := soakFlags(fs)
 	return func(ctx context.Context, stdout, stderr io.Writer) error {
 		set := map[string]bool{}
@@ -234,7 +237,7 @@ var errNoRedisServer = errors.New("redis-server not found in PATH: the soak star
 // soak is one run.
 type soak struct {
 	cfg     soakConfig
-	out     *console
+	out     *console.Console
 	dir     string
 	exe     string
 	srv     *redistest.Server  // the single redis-server, nil with -cluster
@@ -283,16 +286,16 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create log directory: %w", err)
 	}
-	s := &soak{cfg: c, out: newConsole(stderr), dir: dir, exe: exe, pub: make([]pubOutcome, c.n), pubQueue: make([]uint8, c.n),
+	s := &soak{cfg: c, out: console.New(stderr), dir: dir, exe: exe, pub: make([]pubOutcome, c.n), pubQueue: make([]uint8, c.n),
 		names: soakQueueNames(soakNamespace, c.queues, c.cluster)}
 	// go-redis logs through a logger of its process; the soak's knows
 	// when Redis is down on purpose.
 	redis.SetLogger(soakRedisLog{s})
 	if c.cluster {
-		s.out.logf("soak: seed %d: %d deliveries at %s over queues %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d master SIGKILL, %d resharding; logs in %s",
+		s.out.Logf("soak: seed %d: %d deliveries at %s over queues %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d master SIGKILL, %d resharding; logs in %s",
 			c.seed, c.n, rateString(c.rate), strings.Join(s.names, ", "), c.workers, c.kills, c.sigstops, c.masterKills, c.reshards, dir)
 	} else {
-		s.out.logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
+		s.out.Logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
 			c.seed, c.n, rateString(c.rate), c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
 	}
 
@@ -303,14 +306,14 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start the cluster: %w", err)
 		}
 		s.cluster, servers = cl, cl.Nodes
-		s.out.logf("soak: Redis Cluster of %d nodes on %s", len(cl.Nodes), strings.Join(cl.Addrs(), " "))
+		s.out.Logf("soak: Redis Cluster of %d nodes on %s", len(cl.Nodes), strings.Join(cl.Addrs(), " "))
 	} else {
 		srv, err := redistest.StartMain(redistest.WithAppendOnly())
 		if err != nil {
 			return fmt.Errorf("start redis-server: %w", err)
 		}
 		s.srv, servers = srv, []*redistest.Server{srv}
-		s.out.logf("soak: redis-server on %s (AOF appendfsync always, data in %s)", srv.Addr(), srv.Dir())
+		s.out.Logf("soak: redis-server on %s (AOF appendfsync always, data in %s)", srv.Addr(), srv.Dir())
 	}
 	passed, err := s.run(ctx, stdout)
 	// Keep Redis's own logs with the workers' when the run needs a look.
@@ -337,10 +340,10 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 	switch {
 	case passed && ownDir && !c.keep:
 		if rerr := os.RemoveAll(dir); rerr != nil {
-			s.out.logf("soak: remove %s: %v", dir, rerr)
+			s.out.Logf("soak: remove %s: %v", dir, rerr)
 		}
 	default:
-		s.out.logf("soak: logs kept in %s", dir)
+		s.out.Logf("soak: logs kept in %s", dir)
 	}
 	if err != nil {
 		return err
@@ -404,7 +407,7 @@ func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 	go func() { faultsDone <- s.runFaults(runCtx) }()
 	pubs.Wait()
 	if runCtx.Err() == nil {
-		s.out.logf("soak %s: published all %d (%s)", s.since(), c.n, s.pubCounts())
+		s.out.Logf("soak %s: published all %d (%s)", s.since(), c.n, s.pubCounts())
 	}
 	if err := <-faultsDone; err != nil {
 		abort(err)
@@ -457,7 +460,7 @@ type soakRedisLog struct{ s *soak }
 // Printf logs one line of go-redis.
 func (l soakRedisLog) Printf(_ context.Context, format string, v ...any) {
 	if !l.s.expectingErrors() {
-		l.s.out.logf("soak: go-redis: "+format, v...)
+		l.s.out.Logf("soak: go-redis: "+format, v...)
 	}
 }
 
@@ -484,12 +487,12 @@ func (s *soak) watchErrors(errs <-chan error) {
 	var last time.Time
 	for err := range errs {
 		if errors.Is(err, redq.ErrorConnectionLost) {
-			s.out.logf("soak %s: the soak's own connection was declared dead: %v", s.since(), err)
+			s.out.Logf("soak %s: the soak's own connection was declared dead: %v", s.since(), err)
 			continue
 		}
 		if time.Since(last) > time.Second && !s.expectingErrors() {
 			last = time.Now()
-			s.out.logf("soak %s: background error: %v", s.since(), err)
+			s.out.Logf("soak %s: background error: %v", s.since(), err)
 		}
 	}
 }
@@ -562,7 +565,7 @@ func (s *soak) publishLoop(ctx context.Context, i int, next *atomic.Int64) {
 		cancel()
 		o := classifyPublish(err)
 		if o == pubOther {
-			s.out.logf("soak %s: publish of %d..%d: untyped error: %v", s.since(), first, last-1, err)
+			s.out.Logf("soak %s: publish of %d..%d: untyped error: %v", s.since(), first, last-1, err)
 		}
 		s.pubQueueMu.Lock()
 		for p := first; p < last; p++ {
@@ -610,7 +613,7 @@ func (s *soak) cleanLoop(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil && !failing && !s.expectingErrors():
 			failing = true
-			s.out.logf("soak %s: clean failed: %v", s.since(), err)
+			s.out.Logf("soak %s: clean failed: %v", s.since(), err)
 		case err == nil:
 			failing = false
 		}
@@ -681,7 +684,7 @@ func (s *soak) progressLoop(ctx context.Context) {
 		done, total := s.faults.done(), s.cfg.kills+s.cfg.sigstops+s.cfg.redisTerms+s.cfg.redisKills+s.cfg.masterKills+s.cfg.reshards
 		s.mu.Unlock()
 		pub := s.published.Load()
-		s.out.logf("soak %s: published %d/%d (%.0f/s); %s; %d workers live, %d started; faults %d/%d",
+		s.out.Logf("soak %s: published %d/%d (%.0f/s); %s; %d workers live, %d started; faults %d/%d",
 			s.since(), pub, s.cfg.n, float64(pub)/time.Since(s.start).Seconds(), counts, live, started, done, total)
 	}
 }
@@ -698,7 +701,7 @@ func (s *soak) drain(ctx context.Context) bool {
 			if qs.total() == 0 {
 				// Twice in a row: the counts are read in two steps.
 				if zeros++; zeros >= 2 {
-					s.out.logf("soak %s: drained", s.since())
+					s.out.Logf("soak %s: drained", s.since())
 					return true
 				}
 			} else {
@@ -706,7 +709,7 @@ func (s *soak) drain(ctx context.Context) bool {
 			}
 		}
 		if time.Now().After(deadline) {
-			s.out.logf("soak %s: not drained after %v: %v", s.since(), s.cfg.drainTimeout, last)
+			s.out.Logf("soak %s: not drained after %v: %v", s.since(), s.cfg.drainTimeout, last)
 			return false
 		}
 		select {
@@ -726,11 +729,11 @@ func (s *soak) finalClean(ctx context.Context) {
 		cancel()
 		if err == nil {
 			if n > 0 {
-				s.out.logf("soak: the final clean returned %d deliveries to ready", n)
+				s.out.Logf("soak: the final clean returned %d deliveries to ready", n)
 			}
 			return
 		}
-		s.out.logf("soak: final clean: %v", err)
+		s.out.Logf("soak: final clean: %v", err)
 		time.Sleep(500 * time.Millisecond)
 	}
 }
