@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -125,7 +124,7 @@ func OpenConnectionWithRedisClient(tag string, client redis.Cmdable, errChan cha
 func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ...Option) (Connection, error) {
 	m, err := miniredis.Run()
 	if err != nil {
-		return nil, fmt.Errorf("redq: start embedded redis: %w", err)
+		return nil, errorf("redq: start embedded redis: %w", err)
 	}
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	c, err := OpenConnectionWithRedisClient(tag, client, errChan, opts...)
@@ -219,11 +218,11 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	name := c.newName()
 	if o.waitReplicas > 0 {
 		if err := c.checkWaitReplicas(ctx); err != nil {
-			return nil, fmt.Errorf("redq: open connection %s: %w", name, err)
+			return nil, errorf("redq: open connection %s: %w", name, err)
 		}
 	}
 	if err := c.register(ctx, name); err != nil {
-		return nil, fmt.Errorf("redq: register connection %s: %w", name, openError(err))
+		return nil, errorf("redq: register connection %s: %w", name, openError(err))
 	}
 	c.reg.Store(&registration{name: name})
 	if errChan != nil {
@@ -455,7 +454,7 @@ func (c *redisConnection) died(reg *registration) {
 // for heartbeat errors ends too.
 func (c *redisConnection) renew(ctx context.Context, old *registration, name string) error {
 	if err := c.register(ctx, name); err != nil {
-		return fmt.Errorf("register connection %s in place of %s: %w", name, old.name, err)
+		return errorf("register connection %s in place of %s: %w", name, old.name, err)
 	}
 	c.update(func() {
 		c.reg.Store(&registration{name: name})
@@ -532,7 +531,7 @@ func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...Qu
 		pipe.HSet(ctx, q.keys.prefix+":meta", "keep_expired", keep)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redq: open queue %q: %w", name, err)
+		return nil, errorf("redq: open queue %q: %w", name, err)
 	}
 	return q, nil
 }
@@ -544,7 +543,7 @@ func (c *redisConnection) GetOpenQueues() ([]string, error) {
 func (c *redisConnection) GetOpenQueuesContext(ctx context.Context) ([]string, error) {
 	names, err := c.client.SMembers(ctx, c.keys.queues).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redq: list queues: %w", err)
+		return nil, errorf("redq: list queues: %w", err)
 	}
 	return names, nil
 }
@@ -583,7 +582,7 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		err := scripts.stop.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(name), c.keys.stopped(name)},
 			name, stoppedKeep.Milliseconds()).Err()
 		if err != nil {
-			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
+			c.report(&HeartbeatError{RedisErr: errorf("delete heartbeat: %w", err), Count: 1})
 		}
 	}()
 	return done

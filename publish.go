@@ -206,7 +206,7 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 		err = q.conn.publisher.pushDirect(ctx, q, args)
 	}
 	if err != nil {
-		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
+		return errorf("redq: publish to %q: %w", q.name, err)
 	}
 	return nil
 }

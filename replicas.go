@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -42,11 +41,11 @@ func (c *redisConnection) checkWaitReplicas(ctx context.Context) error {
 	var redisErr redis.Error
 	switch {
 	case err != nil && errors.As(err, &redisErr) && !redis.IsAuthError(err) && !redis.IsPermissionError(err):
-		return fmt.Errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication answered: %w", ErrorConfiguration, ErrorUnsupportedClient, err)
+		return errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication answered: %w", ErrorConfiguration, ErrorUnsupportedClient, err)
 	case err != nil:
 		return openError(err)
 	case !strings.Contains(info, "role:"):
-		return fmt.Errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication does not name a role", ErrorConfiguration, ErrorUnsupportedClient)
+		return errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication does not name a role", ErrorConfiguration, ErrorUnsupportedClient)
 	}
 	return nil
 }

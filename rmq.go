@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -144,7 +143,7 @@ func OpenConnectionWithRmqRedisClient(tag string, redisClient RedisClient, errCh
 	case *TestRedisClient:
 		return OpenConnectionWithRedisClient(tag, c.client, errChan, opts...)
 	}
-	return nil, fmt.Errorf("%w: redq runs Lua scripts, which a %T cannot; pass a go-redis client to OpenConnectionWithRedisClient", ErrorNotRedis, redisClient)
+	return nil, errorf("%w: redq runs Lua scripts, which a %T cannot; pass a go-redis client to OpenConnectionWithRedisClient", ErrorNotRedis, redisClient)
 }
 
 // CollectStats reads the stats of queueList through mainConnection (rmq's

@@ -249,7 +249,7 @@ func (c *redisConnection) countsOf(ctx context.Context, cmd *redis.Cmd, k queueK
 	}
 	n, err := int64s(v)
 	if err == nil && len(n) != 7 {
-		err = fmt.Errorf("unexpected reply %v", v)
+		err = errorf("unexpected reply %v", v)
 	}
 	return n, err
 }
@@ -286,24 +286,24 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for i, q := range qc {
 		var cerr error
 		if counts[i], cerr = c.countsOf(ctx, q.counts, q.keys); cerr != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", cerr)
+			return stats, errorf("redq: collect stats: %w", cerr)
 		}
 	}
 	if err != nil && !isNoScript(err) {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := members.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := timerSets.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := rounds.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	for _, q := range qc {
 		if err := q.consumers.Err(); err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 	}
 	registered := map[string]bool{}
@@ -342,19 +342,19 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 		// A script may not be cached (NOSCRIPT): countsOf and roundStats
 		// run it again; every other command must have succeeded.
 		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		for conn, b := range beats {
 			for _, cmd := range []*redis.IntCmd{b, stops[conn]} {
 				if err := cmd.Err(); err != nil {
-					return stats, fmt.Errorf("redq: collect stats: %w", err)
+					return stats, errorf("redq: collect stats: %w", err)
 				}
 			}
 		}
 		for _, u := range unacked {
 			for _, cmd := range u {
 				if err := cmd.Err(); err != nil {
-					return stats, fmt.Errorf("redq: collect stats: %w", err)
+					return stats, errorf("redq: collect stats: %w", err)
 				}
 			}
 		}
@@ -362,7 +362,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	if len(roundCmds) > 0 {
 		rs, err := roundStats(ctx, c.client, roundCmds)
 		if err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		stats.RoundStats = rs
 	}
@@ -372,7 +372,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 	for i, name := range timerSets.Val() {
 		n, err := c.countsOf(ctx, timerCounts[i], timerKeys[i])
 		if err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		stats.TimerStats[name] = TimerStat{Pending: n[4] + n[6], Firing: n[5]}
 	}

@@ -3,7 +3,6 @@ package redq
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -75,7 +74,7 @@ func parseStatsQuery(q url.Values) (statsQuery, error) {
 	if s := q.Get("refresh"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < minRefreshSeconds || n > maxRefreshSeconds {
-			return sq, fmt.Errorf("redq: invalid refresh %q: must be a whole number of seconds from %d to %d", s, minRefreshSeconds, maxRefreshSeconds)
+			return sq, errorf("redq: invalid refresh %q: must be a whole number of seconds from %d to %d", s, minRefreshSeconds, maxRefreshSeconds)
 		}
 		sq.refresh = n
 	}
@@ -84,14 +83,14 @@ func parseStatsQuery(q url.Values) (statsQuery, error) {
 	case "condensed":
 		sq.condensed = true
 	default:
-		return sq, fmt.Errorf("redq: invalid layout %q: use \"condensed\" or leave it out", l)
+		return sq, errorf("redq: invalid layout %q: use \"condensed\" or leave it out", l)
 	}
 	switch f := q.Get("format"); f {
 	case "", "html":
 	case "json":
 		sq.json = true
 	default:
-		return sq, fmt.Errorf("redq: invalid format %q: use \"html\" or \"json\"", f)
+		return sq, errorf("redq: invalid format %q: use \"html\" or \"json\"", f)
 	}
 	return sq, nil
 }

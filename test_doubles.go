@@ -210,7 +210,7 @@ func (q *TestQueue) SetPushQueueSameSlot(pushQueue Queue) error {
 		return nil
 	}
 	if p, ok := pushQueue.(*TestQueue); ok && keySlot(slotTag(q.name)) != keySlot(slotTag(p.name)) {
-		return fmt.Errorf("redq: push from %q to %q: %w", q.name, p.name, ErrorCrossSlot)
+		return errorf("redq: push from %q to %q: %w", q.name, p.name, ErrorCrossSlot)
 	}
 	return nil
 }

@@ -264,7 +264,7 @@ func (r *TestRound) Get(_ context.Context, id string) (RoundItem, error) {
 	r.sweep(r.clock())
 	x := r.items[id]
 	if x == nil {
-		return RoundItem{}, fmt.Errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
+		return RoundItem{}, errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
 	}
 	return x.copy(), nil
 }

@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -77,7 +76,7 @@ func (c *redisConnection) OpenTimers(name string) (Timers, error) {
 	q := newQueue(c, name, queueOptions{retry: DefaultRetryPolicy})
 	q.setKeys(newQueueKeys(c.opts.namespace, timerTag+name))
 	if err := c.client.SAdd(context.Background(), c.keys.timers, name).Err(); err != nil {
-		return nil, fmt.Errorf("redq: open timers %q: %w", name, err)
+		return nil, errorf("redq: open timers %q: %w", name, err)
 	}
 	return &redisTimers{q: q}, nil
 }
@@ -107,7 +106,7 @@ func (t *redisTimers) Lookup(ctx context.Context, key string) (time.Time, error)
 		return time.Time{}, err
 	}
 	if !item.Pending {
-		return time.Time{}, fmt.Errorf("redq: lookup %q: only its fire is being handled: %w", key, ErrorNotFound)
+		return time.Time{}, errorf("redq: lookup %q: only its fire is being handled: %w", key, ErrorNotFound)
 	}
 	return item.Due, nil
 }
