@@ -50,7 +50,7 @@ func ExampleConnection_OpenTimers() {
 	created, _ := timers.Create(ctx, "invoice:7", time.Hour)
 	fmt.Println("created again:", created)
 
-	fire, _ := timers.Next(ctx)
+	fire, _ := timers.Next(ctx, time.Second)
 	fmt.Println("fired", fire.Key(), !fire.Due().IsZero())
 	_ = fire.Ack(ctx)
 	// Output:

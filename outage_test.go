@@ -462,7 +462,7 @@ func TestRestartWithoutPersistenceResumesUnderAFreshName(t *testing.T) {
 	if err := timers.Set(ctx, "wake", 0); err != nil {
 		t.Fatal(err)
 	}
-	fire, err := timers.Next(ctx)
+	fire, err := timers.Next(ctx, 10*time.Second)
 	if err != nil || fire.Key() != "wake" {
 		t.Fatalf("Next = %v, %v", fire, err)
 	}

@@ -60,7 +60,7 @@ type Round interface {
 	Next(ctx context.Context, timeout time.Duration) (RoundItem, error)
 	// NextBatch is Next for up to max items: it returns as soon as at
 	// least one is due, with as many due ones as there are, up to max.
-	NextBatch(ctx context.Context, max int, timeout time.Duration) ([]RoundItem, error)
+	NextBatch(ctx context.Context, max int64, timeout time.Duration) ([]RoundItem, error)
 	// Reissue puts an item back at the front of the round, to be handed
 	// out again at once although its period has not passed (a worker that
 	// failed on it wants it back): behind the other items waiting at the
@@ -344,7 +344,7 @@ func (r *redisRound) Next(ctx context.Context, timeout time.Duration) (RoundItem
 	return items[0], nil
 }
 
-func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Duration) ([]RoundItem, error) {
+func (r *redisRound) NextBatch(ctx context.Context, max int64, timeout time.Duration) ([]RoundItem, error) {
 	if max < 1 {
 		return nil, argError("max", max, "must be at least 1")
 	}
@@ -364,8 +364,8 @@ func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Durati
 	for {
 		var out []RoundItem
 		var hint int64
-		for len(out) < max {
-			items, h, err := r.handOut(ctx, min(max-len(out), roundChunk))
+		for int64(len(out)) < max {
+			items, h, err := r.handOut(ctx, int(min(max-int64(len(out)), roundChunk)))
 			if err != nil {
 				if len(out) > 0 {
 					return out, nil // they are marked issued: the caller's now; the error comes again next call

@@ -690,9 +690,15 @@ func (t *TestTimers) Lookup(_ context.Context, key string) (time.Time, error) {
 	return at, nil
 }
 
-// Next waits for the earliest timer to be due (by the local clock) and
-// returns its fire, or ctx's error.
-func (t *TestTimers) Next(ctx context.Context) (Fire, error) {
+// Next waits up to timeout for the earliest timer to be due (by the
+// local clock) and returns its fire, as Timers.Next: ErrorTimeout when
+// none fired in time, or ctx's error.
+func (t *TestTimers) Next(ctx context.Context, timeout time.Duration) (Fire, error) {
+	if timeout < 0 {
+		return nil, argError("timeout", timeout, "must not be negative")
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		t.mu.Lock()
 		var key string
@@ -716,6 +722,8 @@ func (t *TestTimers) Next(ctx context.Context) (Fire, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, ErrorTimeout
 		case <-changed:
 		case <-wake:
 		}

@@ -305,7 +305,10 @@ func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally) {
 	crew.run(n, func(ctx context.Context, i int) error {
 		ts := sets[i%len(sets)]
 		for {
-			f, err := ts.Next(ctx)
+			f, err := ts.Next(ctx, time.Second)
+			if errors.Is(err, redq.ErrorTimeout) {
+				continue
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -405,8 +408,8 @@ func (s *redqSystem) victim(ctx context.Context, e *env, r *redqRun, conn redq.C
 	taken := 0
 	tctx, cancel := context.WithDeadline(ctx, until)
 	for taken < n {
-		if _, err := vts.Next(tctx); err != nil {
-			if tctx.Err() != nil && ctx.Err() == nil {
+		if _, err := vts.Next(tctx, time.Until(until)+time.Second); err != nil {
+			if (tctx.Err() != nil || errors.Is(err, redq.ErrorTimeout)) && ctx.Err() == nil {
 				break
 			}
 			cancel()

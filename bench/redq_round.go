@@ -65,7 +65,7 @@ func (r *redqRound) Next(ctx context.Context, max int, wait time.Duration) ([]ha
 		it, err = r.round.Next(ctx, wait)
 		items = []redq.RoundItem{it}
 	} else {
-		items, err = r.round.NextBatch(ctx, max, wait)
+		items, err = r.round.NextBatch(ctx, int64(max), wait)
 	}
 	if errors.Is(err, redq.ErrorTimeout) {
 		return nil, nil
