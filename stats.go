@@ -163,10 +163,7 @@ func (s Stats) String() string {
 			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, stateWord(cs.Active, cs.Stopped))
 		}
 	}
-	for _, name := range sortedStatsKeys(s.TimerStats) {
-		ts := s.TimerStats[name]
-		fmt.Fprintf(&b, "timers %s: %d pending, %d firing\n", name, ts.Pending, ts.Firing)
-	}
+	writeTimerStats(&b, s.TimerStats)
 	others := make([]string, 0, len(s.OtherConnections))
 	for c := range s.OtherConnections {
 		others = append(others, c)
@@ -473,6 +470,19 @@ func (s Stats) RoundNames() []string {
 }
 
 // writeRoundStats appends the rounds table to the text form of Stats.
+// writeTimerStats writes the timer sets as a table, as the queues and
+// rounds are written.
+func writeTimerStats(b *strings.Builder, timers map[string]TimerStat) {
+	if len(timers) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%-30s %10s %10s\n", "timer set", "pending", "firing")
+	for _, name := range sortedStatsKeys(timers) {
+		t := timers[name]
+		fmt.Fprintf(b, "%-30s %10d %10d\n", name, t.Pending, t.Firing)
+	}
+}
+
 func writeRoundStats(b *strings.Builder, rounds map[string]RoundStat) {
 	if len(rounds) == 0 {
 		return
