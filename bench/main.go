@@ -1,7 +1,7 @@
 // Command bench measures redq against asynq, a hand-written Redis Streams
 // loop and the classic list queue (LPUSH / RPOPLPUSH / LREM) on the same
 // Redis, workload by workload, and redq's round queue against the design it
-// replaces (the "seed round", see seedround.go).
+// replaces (the "sorted-set round", see zsetround.go).
 //
 // Usage:
 //
@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.n, "n", 100_000, "base workload size; every workload scales with it (1M queued = 10n)")
 	fs.IntVar(&c.reps, "reps", 5, "repetitions of every workload and system")
 	fs.StringVar(&only, "only", "", "comma-separated workload name prefixes to run (e.g. e2e,idle); default all")
-	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list,rimer); default all")
+	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list,poll-timers); default all")
 	fs.StringVar(&c.out, "out", "results", "directory for results.json, results.md and chart.svg/.png")
 	fs.IntVar(&c.idleSamples, "idle-samples", 200, "deliveries per idle pickup run")
 	fs.IntVar(&c.steadyRate, "rate", 5000, "offered deliveries per second in e2e/steady")
@@ -122,8 +122,8 @@ func allSystems() []system {
 		newAsynq(10 * time.Millisecond),
 		newStreams(),
 		newList(),
-		newSeedRound(),
-		newRimer(),
+		newZsetRound(),
+		newPollTimers(),
 	}
 }
 

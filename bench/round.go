@@ -15,13 +15,13 @@ import (
 
 // The round workloads compare redq's Round with a baseline
 // written from the design it replaces, the timestamp round queue (see
-// seedround.go), on the same measurements: hand-outs per second one at a
+// zsetround.go), on the same measurements: hand-outs per second one at a
 // time and 100 per call, duplicates within a period, fairness, freshness
 // lag, and removing expired items. Both sides run the same worker code
 // (below) over a benchRound; only the round behind it differs.
 
-// rounder is a system that offers a round queue. redq and the seed
-// baseline implement it; any other system given a round workload reports
+// rounder is a system that offers a round queue. redq and the sorted-set
+// round baseline implement it; any other system given a round workload reports
 // errNotMeasured.
 type rounder interface {
 	// OpenRound opens a fresh, empty round with period and ttl (0: none)
@@ -117,11 +117,11 @@ func steadyPeriod(n, rate int) time.Duration {
 	return max(roundMinPeriod, time.Duration(float64(n)/float64(rate)*float64(time.Second)).Round(time.Millisecond))
 }
 
-// roundWorkloads returns the round workloads, for redq and the seed
-// baseline.
+// roundWorkloads returns the round workloads, for redq and the sorted-set
+// round baseline.
 func roundWorkloads(z sizes, rate int) []workload {
 	rs := newRoundSizes(z, rate)
-	systems := []string{"redq", seedRoundName}
+	systems := []string{"redq", zsetRoundName}
 	rateMetric := metric{"rate", "hand-outs/s", higherIsBetter}
 	batchMetric := metric{"rate, batch 100", "hand-outs/s", higherIsBetter}
 	// A repeat within the period is a duplicate; rates count items, not
