@@ -20,7 +20,11 @@ type Cleaner struct {
 	conn Connection
 }
 
-// NewCleaner returns a cleaner that works through conn.
+// NewCleaner returns a cleaner that works through conn's client and
+// namespace. It cannot fail; Clean on a cleaner of a test double returns
+// ErrorNotRedis. For example:
+//
+//	returned, err := redq.NewCleaner(conn).Clean()
 func NewCleaner(conn Connection) *Cleaner {
 	return &Cleaner{conn: conn}
 }

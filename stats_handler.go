@@ -53,7 +53,10 @@ const (
 //
 // Invalid options get 400 Bad Request; a Redis error gets 500 with the
 // error's text. Only GET and HEAD are allowed. Every request reads Redis
-// afresh, in the request's context.
+// afresh, in the request's context. NewHandler itself cannot fail. For
+// example:
+//
+//	http.Handle("/queues", redq.NewHandler(conn))
 func NewHandler(connection Connection) http.Handler {
 	return &statsHandler{conn: connection}
 }

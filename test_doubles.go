@@ -21,7 +21,11 @@ type TestConnection struct {
 	rounds map[string]*TestRound
 }
 
-// NewTestConnection returns an empty TestConnection.
+// NewTestConnection returns an empty TestConnection: a Connection in
+// memory, without Redis, whose queues record what is published (see
+// GetDeliveries). It cannot fail. For example:
+//
+//	conn := redq.NewTestConnection()
 func NewTestConnection() TestConnection {
 	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}, timers: map[string]*TestTimers{},
 		rounds: map[string]*TestRound{}}
@@ -487,7 +491,9 @@ type TestDelivery struct {
 }
 
 // NewTestDelivery returns a delivery whose payload is content: a string
-// as it is, anything else as JSON (as rmq's does).
+// as it is, anything else as JSON (as rmq's does). Its verbs only record
+// the state (see GetState). It cannot fail: content that does not marshal
+// to JSON becomes its %v text.
 func NewTestDelivery(content any) *TestDelivery {
 	if s, ok := content.(string); ok {
 		return NewTestDeliveryString(s)
@@ -499,7 +505,10 @@ func NewTestDelivery(content any) *TestDelivery {
 	return NewTestDeliveryString(string(b))
 }
 
-// NewTestDeliveryString returns a delivery with that payload.
+// NewTestDeliveryString returns a delivery with that payload, whose verbs
+// only record the state (see GetState). It cannot fail. For example:
+//
+//	d := redq.NewTestDeliveryString("payload")
 func NewTestDeliveryString(payload string) *TestDelivery {
 	return &TestDelivery{payload: payload}
 }
