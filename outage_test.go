@@ -248,7 +248,7 @@ func (r *outageRun) settle(d Delivery) {
 	r.consumed[d.Payload()]++
 	r.mu.Unlock()
 	err := d.(Message).AckContext(context.Background())
-	if err != nil && !(errors.Is(err, ErrorNotFound) && errors.Is(err, ErrorConnectionLost)) {
+	if err != nil && (!errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost)) {
 		r.mu.Lock()
 		r.badAcks = append(r.badAcks, fmt.Sprintf("%s: %v", d.Payload(), err))
 		r.mu.Unlock()
@@ -452,7 +452,9 @@ func TestRestartWithoutPersistenceResumesUnderAFreshName(t *testing.T) {
 	r.publish("takes", "before", 5)
 	eventually(t, "all consumed", func() bool { d, _ := r.count(); return d == 25 })
 	r.srv.Restart(t)
-	r.awaitLost(old)
+	if lost := r.awaitLost(old); lost.NewName == old {
+		t.Fatalf("the connection went on under its old name %s", old)
+	}
 	r.publish("jobs", "after", 20)
 	r.publish("takes", "after", 5)
 	r.finish(50, 0)

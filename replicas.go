@@ -94,7 +94,7 @@ func (c *redisConnection) replicated(ctx context.Context, key string, send func(
 		return err
 	}
 	conn := node.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 	if err := send(conn); err != nil {
 		c.slotsMoved(ctx, err)
 		return err
@@ -167,7 +167,7 @@ func (c *redisConnection) runScript(ctx context.Context, sc scriptCall) (any, er
 		return nil, err
 	}
 	conn := node.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 	cmds, waited := c.evalThenWait(ctx, node, conn, []scriptCall{sc})
 	v, err := cmds[0].Result()
 	if err != nil {
@@ -216,7 +216,7 @@ func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembere
 				group[j] = calls[i]
 			}
 			conn := node.Conn()
-			defer conn.Close()
+			defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 			var got []*redis.Cmd
 			var waited error
 			if sc := scriptsOf(group); sc != nil {
