@@ -118,13 +118,13 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	errChan := make(chan error, 64)
 	conn, err := redq.Open(ctx, demoTag, client, errChan, redq.WithNamespace(c.namespace))
 	if err != nil {
-		client.Close()
+		_ = client.Close() // the open error is what the user needs
 		if errors.Is(err, redq.ErrorInvalidArgument) {
 			return usageError{err}
 		}
 		return fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }() // at exit, after the connection stopped
 	stopConsuming := sync.OnceFunc(func() { <-conn.StopAllConsuming() })
 	defer stopConsuming() // for early returns; the normal way out is below
 	queue, err := conn.OpenQueue(c.queue)
@@ -142,7 +142,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 			return err
 		}
 		shutdownSrv = sync.OnceValue(srv.Shutdown)
-		defer shutdownSrv() // for early returns
+		defer func() { _ = shutdownSrv() }() // for early returns; the normal path checks its error
 		out.logf("redq demo: stats page on %s", srv.URL())
 	}
 
