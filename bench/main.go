@@ -21,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -217,7 +218,7 @@ func measure(ctx context.Context, cfg config, e *env, chosen []workload, systems
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
-	defer bar.Close()
+	defer func() { _ = bar.Close() }() // the progress bar on the terminal
 
 	failed := 0
 	for _, w := range chosen {
@@ -363,7 +364,7 @@ func startProfile(path string) (stop func() error, err error) {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		_ = f.Close() // the profiler's error is the one to report
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	return func() error {
@@ -381,7 +382,7 @@ func cpuModel() string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -396,12 +397,9 @@ func writeOutputs(dir string, rep *report) error {
 	if err := writeJSON(dir, rep); err != nil {
 		return err
 	}
-	f, err := os.Create(dir + "/results.md")
-	if err != nil {
-		return fmt.Errorf("write results.md: %w", err)
-	}
-	printMarkdown(f, rep)
-	if err := f.Close(); err != nil {
+	var md bytes.Buffer
+	printMarkdown(&md, rep)
+	if err := os.WriteFile(dir+"/results.md", md.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results.md: %w", err)
 	}
 	if err := writeChart(dir, rep); err != nil {
