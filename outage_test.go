@@ -192,6 +192,7 @@ type outageRun struct {
 }
 
 func newOutageRun(t *testing.T, opts ...redistest.Option) *outageRun {
+	skipShort(t, "stops and restarts Redis for seconds at a time")
 	srv := redistest.Start(t, opts...)
 	r := &outageRun{t: t, srv: srv, ns: namespace(), errs: make(chan error, 100000), consumed: map[string]int{}}
 	r.proxy = startProcProxy(t, srv.Addr())
