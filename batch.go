@@ -2,7 +2,6 @@ package redq
 
 import (
 	"context"
-	"fmt"
 )
 
 // BatchConsumer handles deliveries in batches (see AddBatchConsumer).
@@ -94,7 +93,7 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 		first := ds[idx[0]].(*redisDelivery)
 		if err := q.conn.settleable(g.reg); err != nil {
 			for _, i := range idx {
-				errs[i] = fmt.Errorf("redq: %s %v: %w", verb, ds[i], err)
+				errs[i] = errorf("redq: %s %v: %w", verb, ds[i], err)
 			}
 			continue
 		}
@@ -110,9 +109,9 @@ func (ds Deliveries) each(ctx context.Context, verb string, single func(Message,
 				e = res.err(j)
 			}
 			if e != nil {
-				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], e)
+				e = errorf("redq: %s %v: %w", verb, ds[i], e)
 			} else if e = q.conn.outcome(verb, g.reg, res.codes[j], res.registered); e == nil && res.waited != nil {
-				e = fmt.Errorf("redq: %s %v: %w", verb, ds[i], res.waited)
+				e = errorf("redq: %s %v: %w", verb, ds[i], res.waited)
 			}
 			if e != nil {
 				errs[i] = e

@@ -20,7 +20,11 @@ type Cleaner struct {
 	conn Connection
 }
 
-// NewCleaner returns a cleaner that works through conn.
+// NewCleaner returns a cleaner that works through conn's client and
+// namespace. It cannot fail; Clean on a cleaner of a test double returns
+// ErrorNotRedis. For example:
+//
+//	returned, err := redq.NewCleaner(conn).Clean()
 func NewCleaner(conn Connection) *Cleaner {
 	return &Cleaner{conn: conn}
 }
@@ -70,7 +74,7 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (_ int64, err error) {
 	defer func() { c.logClean(err) }()
 	global := func(what string, err error) error {
 		c.topologyChanged(err)
-		return &CleanError{Global: fmt.Errorf("%s: %w", what, cleanCause(err))}
+		return &CleanError{Global: errorf("%s: %w", what, cleanCause(err))}
 	}
 	names, err := c.client.SMembers(ctx, c.keys.connections).Result()
 	if err != nil {
@@ -143,7 +147,7 @@ func (cl *Cleaner) CleanContext(ctx context.Context) (_ int64, err error) {
 func (q *redisQueue) clean(ctx context.Context, consumers *redis.StringSliceCmd, live map[string]bool) (int64, error) {
 	conns, err := consumers.Result()
 	if err != nil {
-		return 0, fmt.Errorf("list consumers of %q: %w", q.name, err)
+		return 0, errorf("list consumers of %q: %w", q.name, err)
 	}
 	var total int64
 	for _, conn := range conns {
@@ -203,7 +207,7 @@ func (e *CleanError) add(ctx context.Context, c *redisConnection, key, name stri
 // Error lists what could not be cleaned, by queue (and node).
 func (e *CleanError) Error() string {
 	if e.Global != nil {
-		return "redq: clean: " + e.Global.Error()
+		return onePrefix("redq: clean: " + e.Global.Error())
 	}
 	names := make([]string, 0, len(e.Queues))
 	for n := range e.Queues {
@@ -219,7 +223,7 @@ func (e *CleanError) Error() string {
 			fmt.Fprintf(&b, " %q: %v;", n, e.Queues[n])
 		}
 	}
-	return strings.TrimSuffix(b.String(), ";")
+	return onePrefix(strings.TrimSuffix(b.String(), ";"))
 }
 
 // Unwrap returns the failures, so that errors.Is matches their causes.
@@ -245,9 +249,9 @@ func cleanCause(err error) error {
 	}
 	switch classify(err) {
 	case failUnreached, failUnknown:
-		return fmt.Errorf("%w: %w", ErrorUnavailable, err)
+		return errorf("%w: %w", ErrorUnavailable, err)
 	case failRefused, failOOM:
-		return fmt.Errorf("%w: %w", ErrorWritesRefused, err)
+		return errorf("%w: %w", ErrorWritesRefused, err)
 	}
 	return err
 }
@@ -259,7 +263,7 @@ func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, erro
 	queues := pipe.SMembers(ctx, c.keys.queues)
 	timers := pipe.SMembers(ctx, c.keys.timers)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redq: clean: list queues: %w", err)
+		return nil, errorf("redq: clean: list queues: %w", err)
 	}
 	var out []*redisQueue
 	for _, name := range queues.Val() {
@@ -289,14 +293,14 @@ func (q *redisQueue) maintain(ctx context.Context) (int64, error) {
 		}
 		v, err := scripts.maintain.Run(ctx, q.conn.client, q.keys.scriptKeys("", nil, conns...), fetchChunk).Slice()
 		if err != nil {
-			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
+			return returned, errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
 		if len(v) < 3 {
-			return returned, fmt.Errorf("leases and due deliveries of %q: unexpected reply %v", q.name, v)
+			return returned, errorf("leases and due deliveries of %q: unexpected reply %v", q.name, v)
 		}
 		ns, err := int64s(v[:3])
 		if err != nil {
-			return returned, fmt.Errorf("leases and due deliveries of %q: %w", q.name, err)
+			return returned, errorf("leases and due deliveries of %q: %w", q.name, err)
 		}
 		returned += ns[0]
 		// come back with the connections named (at most maxOthers a

@@ -25,6 +25,7 @@ var shared struct {
 // REDQ_REQUIRE_REDIS=1.
 func sharedCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
+	skipShort(t, "starts a 6-node Redis Cluster")
 	shared.once.Do(func() {
 		shared.cluster, shared.err = redistest.StartClusterMain()
 	})

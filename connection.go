@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,11 +30,22 @@ type Connection interface {
 	// OpenQueue returns a handle on the named queue and lists the queue in
 	// Redis. Names are validated: see ArgumentError. Options set the
 	// handle's publish defaults, its handlers' retry policy and whether the
-	// queue keeps expired deliveries.
+	// queue keeps expired deliveries. It fails with an *ArgumentError for a
+	// bad name or option, ErrorConsumingStopped after StopAllConsuming, and
+	// a Redis error (matching ErrorUnavailable or ErrorWritesRefused) when
+	// the queue could not be listed. For example:
+	//
+	//	tasks, err := conn.OpenQueue("tasks", redq.WithPublishDefaults(redq.TTR(time.Minute)))
 	OpenQueue(name string, opts ...QueueOption) (Queue, error)
 	// OpenRound returns a handle on the named round queue, creating it
 	// with the given period if it does not exist (see Round). Names are
 	// validated like queue names. Options: RoundTTL, RoundChangeSettings.
+	// It fails with an *ArgumentError for a bad name or period, or when the
+	// round exists with another period or TTL (the error names the stored
+	// one), and with ErrorConsumingStopped after StopAllConsuming. For
+	// example:
+	//
+	//	feeds, err := conn.OpenRound("feeds", 5*time.Minute, redq.RoundTTL(24*time.Hour))
 	OpenRound(name string, period time.Duration, opts ...RoundOption) (Round, error)
 	// CollectStats reads the counts of the given queues.
 	CollectStats(queueList []string) (Stats, error)
@@ -47,7 +57,10 @@ type Connection interface {
 	GetOpenQueuesContext(ctx context.Context) ([]string, error)
 	// OpenTimers returns the named set of timers (see Timers) and lists it
 	// in Redis. Names follow the rules of queue names; a timer set and a
-	// queue of the same name are separate.
+	// queue of the same name are separate. It fails as OpenQueue does. For
+	// example:
+	//
+	//	reminders, err := conn.OpenTimers("invoice-reminders")
 	OpenTimers(name string) (Timers, error)
 	// StopAllConsuming stops consuming on every queue of this connection,
 	// waits for consumers to finish their current delivery, stops the
@@ -63,14 +76,23 @@ type Connection interface {
 }
 
 // Open opens a connection on any go-redis client (a single node, a failover
-// client or a cluster client). tag names the connection (its full name is
+// client or a cluster client): it registers the connection in Redis and
+// starts its heartbeat. tag names the connection (its full name is
 // tag-<random>); errChan, if not nil, receives background errors
 // (HeartbeatError, ConsumeError, DeliveryError, *ConnectionLostError, and
 // at open an EvictionWarning when Redis may evict keys) and is never
 // blocked on: errors that do not fit are dropped. The connection never
 // stops by itself unless WithStopOnHeartbeatErrorLimit asks for it (see
-// Connection). Errors at open are typed as OpenConnection's; the client is
-// the caller's, and is not closed when opening fails.
+// Connection).
+//
+// On failure it returns an error matching ErrorUnavailable (Redis could
+// not be reached), ErrorConfiguration (password, ACL, database index, TLS,
+// or a client kind an option cannot use), ErrorWritesRefused (a replica,
+// out of memory, loading), or an *ArgumentError for a bad tag or option;
+// nothing is left registered. The client is the caller's, and is not
+// closed when opening fails. For example:
+//
+//	conn, err := redq.Open(ctx, "worker", redis.NewClient(&redis.Options{Addr: "localhost:6379"}), errChan)
 func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan chan<- error, opts ...Option) (Connection, error) {
 	c, err := open(ctx, tag, client, errChan, opts)
 	if err != nil {
@@ -79,18 +101,23 @@ func Open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	return c, nil
 }
 
-// OpenConnection opens a connection on the Redis at network and address.
-// An error at open matches ErrorUnavailable when Redis could not be
-// reached, ErrorConfiguration when the settings are wrong (password, ACL,
-// database index), ErrorWritesRefused when Redis accepts no writes, or
-// *ArgumentError for bad input; the client it made is closed again.
+// OpenConnection opens a connection on the Redis at network and address,
+// database db, with a client of its own (rmq's constructor; see Open for
+// tag, errChan and the options). An error at open matches ErrorUnavailable
+// when Redis could not be reached, ErrorConfiguration when the settings
+// are wrong (password, ACL, database index), ErrorWritesRefused when Redis
+// accepts no writes, or *ArgumentError for bad input; the client it made
+// is closed again. For example:
+//
+//	conn, err := redq.OpenConnection("worker", "tcp", "localhost:6379", 0, errChan)
 func OpenConnection(tag, network, address string, db int, errChan chan<- error, opts ...Option) (Connection, error) {
 	return OpenConnectionWithRedisOptions(tag, &redis.Options{Network: network, Addr: address, DB: db}, errChan, opts...)
 }
 
 // OpenConnectionWithRedisOptions opens a connection with a new client made
-// from redisOptions.
-// When opening fails, the client is closed again.
+// from redisOptions (rmq's constructor; see Open for the rest). It fails
+// as Open does, or with an *ArgumentError when redisOptions is nil; when
+// opening fails, the client it made is closed again.
 func OpenConnectionWithRedisOptions(tag string, redisOptions *redis.Options, errChan chan<- error, opts ...Option) (Connection, error) {
 	if redisOptions == nil {
 		return nil, argError("redis options", redisOptions, "must not be nil")
@@ -109,7 +136,8 @@ func OpenConnectionWithRedisOptions(tag string, redisOptions *redis.Options, err
 // a cluster, failover or ring client) gets the whole engine; a bare
 // Cmdable (a custom type) works too, but its idle waits end on whole
 // seconds only, so a due delivery may reach an idle consumer up to a
-// second late.
+// second late. It fails as Open does, or with an *ArgumentError for a nil
+// client; the client is not closed.
 func OpenConnectionWithRedisClient(tag string, client redis.Cmdable, errChan chan<- error, opts ...Option) (Connection, error) {
 	if client == nil {
 		return nil, argError("redis client", client, "must not be nil")
@@ -120,12 +148,15 @@ func OpenConnectionWithRedisClient(tag string, client redis.Cmdable, errChan cha
 // OpenConnectionWithTestRedisClient opens a connection on a new embedded
 // miniredis server, for tests and demos. The server lives as long as the
 // process. Keys expire in miniredis only when its clock is moved
-// (FastForward), so heartbeats there never lapse on their own. When
-// opening fails, the server and its client are closed again.
+// (FastForward), so heartbeats there never lapse on their own. It fails
+// when the server cannot start (no free loopback port) or as Open does;
+// then the server and its client are closed again. For example:
+//
+//	conn, err := redq.OpenConnectionWithTestRedisClient("test", nil)
 func OpenConnectionWithTestRedisClient(tag string, errChan chan<- error, opts ...Option) (Connection, error) {
 	m, err := miniredis.Run()
 	if err != nil {
-		return nil, fmt.Errorf("redq: start embedded redis: %w", err)
+		return nil, errorf("redq: start embedded redis: %w", err)
 	}
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	c, err := OpenConnectionWithRedisClient(tag, client, errChan, opts...)
@@ -221,11 +252,11 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 	name := c.newName()
 	if o.waitReplicas > 0 {
 		if err := c.checkWaitReplicas(ctx); err != nil {
-			return nil, fmt.Errorf("redq: open connection %s: %w", name, err)
+			return nil, errorf("redq: open connection %s: %w", name, err)
 		}
 	}
 	if err := c.register(ctx, name); err != nil {
-		return nil, fmt.Errorf("redq: register connection %s: %w", name, openError(err))
+		return nil, errorf("redq: register connection %s: %w", name, openError(err))
 	}
 	c.reg.Store(&registration{name: name})
 	if errChan != nil {
@@ -463,7 +494,7 @@ func (c *redisConnection) died(reg *registration) {
 // for heartbeat errors ends too.
 func (c *redisConnection) renew(ctx context.Context, old *registration, name string) error {
 	if err := c.register(ctx, name); err != nil {
-		return fmt.Errorf("register connection %s in place of %s: %w", name, old.name, err)
+		return errorf("register connection %s in place of %s: %w", name, old.name, err)
 	}
 	c.update(func() {
 		c.reg.Store(&registration{name: name})
@@ -540,7 +571,7 @@ func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...Qu
 		pipe.HSet(ctx, q.keys.prefix+":meta", "keep_expired", keep)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redq: open queue %q: %w", name, err)
+		return nil, errorf("redq: open queue %q: %w", name, err)
 	}
 	return q, nil
 }
@@ -552,7 +583,7 @@ func (c *redisConnection) GetOpenQueues() ([]string, error) {
 func (c *redisConnection) GetOpenQueuesContext(ctx context.Context) ([]string, error) {
 	names, err := c.client.SMembers(ctx, c.keys.queues).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redq: list queues: %w", err)
+		return nil, errorf("redq: list queues: %w", err)
 	}
 	return names, nil
 }
@@ -591,7 +622,7 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		err := scripts.stop.Run(ctx, c.client, []string{c.keys.connections, c.keys.heartbeat(name), c.keys.stopped(name)},
 			name, stoppedKeep.Milliseconds()).Err()
 		if err != nil {
-			c.report(&HeartbeatError{RedisErr: fmt.Errorf("delete heartbeat: %w", err), Count: 1})
+			c.report(&HeartbeatError{RedisErr: errorf("delete heartbeat: %w", err), Count: 1})
 		}
 	}()
 	return done

@@ -212,7 +212,7 @@ func (d *redisDelivery) rejectWith(ctx context.Context, env []byte) error {
 // connection's committer.
 func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 	if err := d.q.conn.settleable(d.reg); err != nil {
-		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		return errorf("redq: %s %v: %w", verb, d, err)
 	}
 	res, err := d.q.settle(ctx, verb, d.reg, []string{d.ref()}, d)
 	d.q.signalRoom() // the connection may hold fewer now (see fetchLoop)
@@ -220,12 +220,12 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 		err = res.err(0)
 	}
 	if err != nil {
-		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		return errorf("redq: %s %v: %w", verb, d, err)
 	}
 	if err := d.q.conn.outcome(verb, d.reg, res.codes[0], res.registered); err != nil || res.waited == nil {
 		return err
 	}
-	return fmt.Errorf("redq: %s %v: %w", verb, d, res.waited)
+	return errorf("redq: %s %v: %w", verb, d, res.waited)
 }
 
 // single runs one of the scripts that act on one delivery and reply
@@ -233,7 +233,7 @@ func (d *redisDelivery) settle(ctx context.Context, verb string) error {
 // scripts/lib.lua), sending it again as settle does.
 func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.Script, arg any) error {
 	if err := d.q.conn.settleable(d.reg); err != nil {
-		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		return errorf("redq: %s %v: %w", verb, d, err)
 	}
 	token := d.q.conn.nextToken()
 	start := time.Now()
@@ -251,7 +251,7 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 		}
 		ns, err := int64s(v)
 		if err != nil || len(ns) != 2 {
-			return fmt.Errorf("%w %v to %s", errBadReply, v, verb)
+			return errorf("%w %v to %s", errBadReply, v, verb)
 		}
 		code, registered = ns[1], ns[0] == 1
 		return nil
@@ -263,12 +263,12 @@ func (d *redisDelivery) single(ctx context.Context, verb string, script *redis.S
 	}
 	d.q.signalRoom()
 	if err != nil {
-		return fmt.Errorf("redq: %s %v: %w", verb, d, err)
+		return errorf("redq: %s %v: %w", verb, d, err)
 	}
 	if err := d.q.conn.outcome(verb, d.reg, code, registered); err != nil || waited == nil {
 		return err
 	}
-	return fmt.Errorf("redq: %s %v: %w", verb, d, waited)
+	return errorf("redq: %s %v: %w", verb, d, waited)
 }
 
 // Codes the scripts give per delivery.
@@ -286,11 +286,11 @@ func (c *redisConnection) outcome(verb string, reg *registration, code int64, re
 		return nil
 	case !registered:
 		c.suspect(reg)
-		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
+		return errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorConnectionLost)
 	case code == codeLost:
-		return fmt.Errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)
+		return errorf("redq: %s: %w (%w)", verb, ErrorNotFound, ErrorLeaseLost)
 	default:
-		return fmt.Errorf("redq: %s: %w", verb, ErrorNotFound)
+		return errorf("redq: %s: %w", verb, ErrorNotFound)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -116,7 +117,7 @@ type ReplicationError struct {
 
 func (e *ReplicationError) Error() string {
 	if e.Err != nil {
-		return fmt.Sprintf("redq: the write was done on the primary, but waiting for %d replicas to confirm it failed: %v", e.Want, e.Err)
+		return onePrefix(fmt.Sprintf("redq: the write was done on the primary, but waiting for %d replicas to confirm it failed: %v", e.Want, e.Err))
 	}
 	return fmt.Sprintf("redq: the write was done on the primary, but only %d of %d replicas confirmed it in time", e.Got, e.Want)
 }
@@ -129,7 +130,7 @@ func (e *ReplicationError) Is(target error) bool { return target == ErrorNotRepl
 
 // unsupportedClient is the error for an option that cannot use client.
 func unsupportedClient(option string, client any, why string) error {
-	return fmt.Errorf("%w: %w: %s cannot use a %T: %s", ErrorConfiguration, ErrorUnsupportedClient, option, client, why)
+	return errorf("%w: %w: %s cannot use a %T: %s", ErrorConfiguration, ErrorUnsupportedClient, option, client, why)
 }
 
 // ArgumentError describes bad input: which argument and why. Nothing was
@@ -141,8 +142,98 @@ type ArgumentError struct {
 }
 
 func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("redq: invalid %s %#v: %s", e.Arg, e.Value, e.Reason)
+	return onePrefix(fmt.Sprintf("redq: invalid %s %s: %s", e.Arg, formatValue(e.Value), e.Reason))
 }
+
+// maxValueText bounds how much of a bad value an error text quotes.
+const maxValueText = 64
+
+// formatValue renders a bad argument for an error text: durations as
+// time.Duration strings (1h0m0s, never nanoseconds), times in RFC 3339,
+// strings quoted and cut at maxValueText bytes, functions and other
+// values without a readable form by their type.
+func formatValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nil"
+	case time.Duration:
+		return v.String()
+	case time.Time:
+		return v.Format(time.RFC3339Nano)
+	case string:
+		if len(v) > maxValueText {
+			return fmt.Sprintf("%q… (%d bytes)", v[:maxValueText], len(v))
+		}
+		return fmt.Sprintf("%q", v)
+	case []byte:
+		return formatValue(string(v))
+	case fmt.Stringer:
+		return v.String()
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64, bool:
+		return fmt.Sprint(v)
+	}
+	s := fmt.Sprintf("%#v", v)
+	if len(s) > maxValueText {
+		return fmt.Sprintf("(%T)", v)
+	}
+	return s
+}
+
+// prefix starts the text of every error redq makes.
+const prefix = "redq: "
+
+// onePrefix returns msg with exactly one "redq: " prefix, at its start:
+// it drops the prefixes that wrapped redq errors bring along where they
+// follow a separator (": ", "(", "; ", a line break), and adds one in
+// front when msg has none. Text inside quotes is left as it is.
+func onePrefix(msg string) string {
+	var b strings.Builder
+	b.Grow(len(msg) + len(prefix))
+	b.WriteString(prefix)
+	rest := strings.TrimPrefix(msg, prefix)
+	inQuote := false
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		switch {
+		case c == '\\' && inQuote && i+1 < len(rest):
+			b.WriteByte(c)
+			i++
+			b.WriteByte(rest[i])
+			continue
+		case c == '"':
+			inQuote = !inQuote
+		}
+		b.WriteByte(c)
+		if !inQuote && (c == ' ' && i > 0 && (rest[i-1] == ':' || rest[i-1] == ';') || c == '(' || c == '\n') {
+			for strings.HasPrefix(rest[i+1:], prefix) {
+				i += len(prefix)
+			}
+		}
+	}
+	return b.String()
+}
+
+// errorf is fmt.Errorf (%w wraps as there) for errors redq returns: the
+// text starts with exactly one "redq: ", however many redq errors it
+// wraps.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &wrapError{msg: onePrefix(err.Error()), err: err}
+}
+
+// wrapError is an error made by errorf: its text with one prefix, and the
+// error fmt.Errorf made, through which errors.Is and errors.As see every
+// wrapped error.
+type wrapError struct {
+	msg string
+	err error
+}
+
+func (e *wrapError) Error() string { return e.msg }
+
+// Unwrap returns the error fmt.Errorf made, which unwraps to the %w
+// operands.
+func (e *wrapError) Unwrap() error { return e.err }
 
 // Is makes errors.Is(err, ErrorInvalidArgument) true.
 func (e *ArgumentError) Is(target error) bool { return target == ErrorInvalidArgument }
@@ -158,7 +249,7 @@ func checkPayloadSize(what string, size, limit int) error {
 	if size <= limit {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrorPayloadTooLarge,
+	return errorf("%w: %w", ErrorPayloadTooLarge,
 		argError(what, fmt.Sprintf("%d bytes", size), fmt.Sprintf("must be at most %d bytes (see WithMaxPayloadSize)", limit)))
 }
 
@@ -175,7 +266,7 @@ type ConnectionLostError struct {
 }
 
 func (e *ConnectionLostError) Error() string {
-	return fmt.Sprintf("redq: connection %s was declared dead or forgotten by Redis; it goes on as %s", e.OldName, e.NewName)
+	return onePrefix(fmt.Sprintf("redq: connection %s was declared dead or forgotten by Redis; it goes on as %s", e.OldName, e.NewName))
 }
 
 // Is makes errors.Is(err, ErrorConnectionLost) true.
@@ -197,7 +288,7 @@ type HeartbeatError struct {
 }
 
 func (e *HeartbeatError) Error() string {
-	return fmt.Sprintf("redq: heartbeat error (consecutive count %d): %v", e.Count, e.RedisErr)
+	return onePrefix(fmt.Sprintf("redq: heartbeat error (consecutive count %d): %v", e.Count, e.RedisErr))
 }
 
 // Unwrap returns the underlying Redis error.
@@ -213,7 +304,7 @@ type ConsumeError struct {
 }
 
 func (e *ConsumeError) Error() string {
-	return fmt.Sprintf("redq: consume error on queue %q (consecutive count %d): %v", e.Queue, e.Count, e.RedisErr)
+	return onePrefix(fmt.Sprintf("redq: consume error on queue %q (consecutive count %d): %v", e.Queue, e.Count, e.RedisErr))
 }
 
 // Unwrap returns the underlying Redis error.
@@ -229,7 +320,7 @@ type DeliveryError struct {
 }
 
 func (e *DeliveryError) Error() string {
-	return fmt.Sprintf("redq: delivery error (consecutive count %d): %v", e.Count, e.RedisErr)
+	return onePrefix(fmt.Sprintf("redq: delivery error (consecutive count %d): %v", e.Count, e.RedisErr))
 }
 
 // Unwrap returns the underlying Redis error.
@@ -249,7 +340,7 @@ func openError(err error) error {
 	switch {
 	case redis.IsAuthError(err), redis.IsPermissionError(err),
 		errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
-		return fmt.Errorf("%w: %w", ErrorConfiguration, err)
+		return errorf("%w: %w", ErrorConfiguration, err)
 	case errors.As(err, &redisErr):
 		msg := redisErr.Error()
 		switch {
@@ -257,14 +348,14 @@ func openError(err error) error {
 			strings.Contains(msg, "SELECT is not allowed in cluster mode"),
 			strings.HasPrefix(msg, "ERR AUTH"), strings.Contains(msg, "no password is set"),
 			strings.HasPrefix(msg, "ERR unknown command"):
-			return fmt.Errorf("%w: %w", ErrorConfiguration, err)
+			return errorf("%w: %w", ErrorConfiguration, err)
 		}
 		if k := classify(err); k == failRefused || k == failOOM {
-			return fmt.Errorf("%w: %w", ErrorWritesRefused, err)
+			return errorf("%w: %w", ErrorWritesRefused, err)
 		}
 		return err
 	}
 	// Not an answer of Redis: no connection, a dial or read timeout, a
 	// connection closed, or the caller's context ended.
-	return fmt.Errorf("%w: %w", ErrorUnavailable, err)
+	return errorf("%w: %w", ErrorUnavailable, err)
 }

@@ -2,7 +2,6 @@ package redq
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -115,7 +114,7 @@ func await[T any](ctx context.Context, state *atomic.Int32, done <-chan T) (T, e
 		return v, nil
 	case <-grace.C:
 	}
-	return zero, fmt.Errorf("%w: %w", ErrorOutcomeUnknown, ctx.Err())
+	return zero, errorf("%w: %w", ErrorOutcomeUnknown, ctx.Err())
 }
 
 // scriptBatcher sends independent script calls of many goroutines

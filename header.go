@@ -3,7 +3,6 @@ package redq
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 )
@@ -57,7 +56,7 @@ func ExtractHeaderAndPayload(payload string) (http.Header, string, error) {
 	}
 	var h http.Header
 	if err := json.Unmarshal([]byte(line), &h); err != nil {
-		return nil, "", fmt.Errorf("redq: payload header: %w", err)
+		return nil, "", errorf("redq: payload header: %w", err)
 	}
 	if h == nil {
 		h = http.Header{}

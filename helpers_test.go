@@ -54,6 +54,15 @@ type backend struct {
 var nsCounter atomic.Int64
 
 // namespace returns a namespace no other test uses.
+// skipShort skips a test that starts a cluster, processes or long outages
+// when go test runs with -short; the full run covers it.
+func skipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s; skipped with -short", why)
+	}
+}
+
 func namespace() Option {
 	return WithNamespace(fmt.Sprintf("t%d-%d", os.Getpid(), nsCounter.Add(1)))
 }

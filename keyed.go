@@ -121,7 +121,9 @@ func MaxWait(d time.Duration) PublishOption {
 type KeyedItem struct {
 	Key string
 	// Payload is the pending item's payload; when the key only runs, the
-	// running delivery's.
+	// running delivery's. It is bytes, as Put and Upsert take them and as
+	// RoundItem.Data is; Delivery.Payload returns a string because that is
+	// rmq's interface, which redq keeps so that rmq consumers compile.
 	Payload []byte
 	// Due is when the pending item becomes due, by Redis's clock (zero
 	// when nothing is pending). A parked successor becomes due at Due or
@@ -184,7 +186,7 @@ func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opt
 		return 0, err
 	}
 	if out < int64(Created) || out > int64(Queued) {
-		return 0, fmt.Errorf("redq: upsert %q on %q: %w %d", key, q.name, errBadReply, out)
+		return 0, errorf("redq: upsert %q on %q: %w %d", key, q.name, errBadReply, out)
 	}
 	return UpsertOutcome(out), nil
 }
@@ -219,23 +221,23 @@ func (q *redisQueue) Lookup(ctx context.Context, key string) (KeyedItem, error) 
 		}
 	}
 	if err != nil {
-		return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w", key, q.name, err)
+		return KeyedItem{}, errorf("redq: lookup %q on %q: %w", key, q.name, err)
 	}
 	if len(v) != 4 {
-		return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w %v", key, q.name, errBadReply, v)
+		return KeyedItem{}, errorf("redq: lookup %q on %q: %w %v", key, q.name, errBadReply, v)
 	}
 	pending, _ := v[0].(int64)
 	running, _ := v[1].(int64)
 	env, _ := v[2].(string)
 	updates, _ := v[3].(int64)
 	if pending == 0 && running == 0 {
-		return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w", key, q.name, ErrorNotFound)
+		return KeyedItem{}, errorf("redq: lookup %q on %q: %w", key, q.name, ErrorNotFound)
 	}
 	item := KeyedItem{Key: key, Running: running == 1, Pending: pending == 1, Updates: updates}
 	if env != "" {
 		e, ok := decodeEnvelope(env)
 		if !ok {
-			return KeyedItem{}, fmt.Errorf("redq: lookup %q on %q: %w: the item's envelope does not parse", key, q.name, errBadReply)
+			return KeyedItem{}, errorf("redq: lookup %q on %q: %w: the item's envelope does not parse", key, q.name, errBadReply)
 		}
 		item.Payload = []byte(e.payload)
 		if item.Pending {
@@ -254,11 +256,11 @@ func (q *redisQueue) keyedCall(ctx context.Context, verb string, script *redis.S
 			append([]any{token, key}, args...)}
 	})
 	if err != nil {
-		return 0, fmt.Errorf("redq: %s %q on %q: %w", verb, key, q.name, err)
+		return 0, errorf("redq: %s %q on %q: %w", verb, key, q.name, err)
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("redq: %s %q on %q: %w %v", verb, key, q.name, errBadReply, v)
+		return 0, errorf("redq: %s %q on %q: %w %v", verb, key, q.name, errBadReply, v)
 	}
 	return n, nil
 }

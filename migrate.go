@@ -279,7 +279,7 @@ func (m *migration) discover(ctx context.Context) error {
 	names := slices.Clone(m.opts.Queues)
 	if len(names) == 0 {
 		if len(listed) == 0 && len(conns) == 0 {
-			return fmt.Errorf("%w: %s and %s are empty or missing (is this the Redis and database number rmq used?)",
+			return errorf("%w: %s and %s are empty or missing (is this the Redis and database number rmq used?)",
 				ErrorNoRmqData, rmqQueuesKey, rmqConnectionsKey)
 		}
 		names = listed
@@ -350,7 +350,7 @@ func (m *migration) discover(ctx context.Context) error {
 		q.unknown = len(m.opts.Queues) > 0 && !slices.Contains(listed, q.rep.Name) && q.moving() == 0
 	}
 	if !found && len(m.opts.Queues) > 0 && len(listed) == 0 && len(conns) == 0 {
-		return fmt.Errorf("%w: none of the queues %s has rmq keys, and %s and %s are empty or missing",
+		return errorf("%w: none of the queues %s has rmq keys, and %s and %s are empty or missing",
 			ErrorNoRmqData, strings.Join(names, ", "), rmqQueuesKey, rmqConnectionsKey)
 	}
 	return m.discoverRedq(ctx)
@@ -537,7 +537,7 @@ func (m *migration) move(ctx context.Context) error {
 			return m.interrupted(err)
 		}
 		if err := m.client.SAdd(context.WithoutCancel(ctx), newGlobalKeys(m.ns).queues, q.rep.Name).Err(); err != nil {
-			return fmt.Errorf("redq: list queue %q in namespace %q: %w", q.rep.Name, m.ns, err)
+			return errorf("redq: list queue %q in namespace %q: %w", q.rep.Name, m.ns, err)
 		}
 		var ids [6]byte
 		_, _ = rand.Read(ids[:])
@@ -557,7 +557,7 @@ func (m *migration) move(ctx context.Context) error {
 }
 
 func (m *migration) interrupted(err error) error {
-	return fmt.Errorf("redq: migration interrupted after moving %d of %d deliveries; nothing is lost or doubled, run it again to move the rest: %w",
+	return errorf("redq: migration interrupted after moving %d of %d deliveries; nothing is lost or doubled, run it again to move the rest: %w",
 		m.moved, m.total, err)
 }
 
@@ -589,7 +589,7 @@ func (m *migration) moveSource(ctx context.Context, q *migrateQueue, s *migrateS
 		if s.kind == "unacked" && !hbInScript {
 			alive, err := m.client.Exists(cctx, s.heartbeat).Result()
 			if err != nil {
-				return fmt.Errorf("redq: read the heartbeat of rmq connection %s: %w", s.conn, err)
+				return errorf("redq: read the heartbeat of rmq connection %s: %w", s.conn, err)
 			}
 			if alive == 1 {
 				return m.cameAlive(cctx, q, s, moved)
@@ -600,11 +600,11 @@ func (m *migration) moveSource(ctx context.Context, q *migrateQueue, s *migrateS
 		token := m.runID + ":" + strconv.Itoa(m.calls)
 		reply, err := scripts.migrateRmq.Run(cctx, m.client, keys, token, n, mode, ids, s.kind).Result()
 		if err != nil {
-			return fmt.Errorf("redq: move %s to %s: %w (what moved before is in place; run it again to move the rest)", s.key, dst, err)
+			return errorf("redq: move %s to %s: %w (what moved before is in place; run it again to move the rest)", s.key, dst, err)
 		}
 		r, err := int64s(reply)
 		if err != nil || len(r) != 4 {
-			return fmt.Errorf("redq: move %s: unexpected reply %v", s.key, reply)
+			return errorf("redq: move %s: unexpected reply %v", s.key, reply)
 		}
 		if r[3] == 1 {
 			return m.cameAlive(cctx, q, s, moved)
@@ -635,7 +635,7 @@ func (m *migration) cameAlive(ctx context.Context, q *migrateQueue, s *migrateSo
 	}
 	n, err := m.client.LLen(ctx, s.key).Result()
 	if err != nil {
-		return fmt.Errorf("redq: read %s: %w", s.key, err)
+		return errorf("redq: read %s: %w", s.key, err)
 	}
 	if n > 0 {
 		m.live = append(m.live, RmqHolding{Connection: s.conn, Queue: q.rep.Name, Count: n})
@@ -653,7 +653,7 @@ func (m *migration) left(ctx context.Context, q *migrateQueue) error {
 		}
 	}
 	if err := execPipe(context.WithoutCancel(ctx), pipe); err != nil {
-		return fmt.Errorf("redq: read rmq's lists of queue %q: %w", q.rep.Name, err)
+		return errorf("redq: read rmq's lists of queue %q: %w", q.rep.Name, err)
 	}
 	for _, c := range cmds {
 		q.rep.Left += c.Val()
@@ -674,9 +674,9 @@ func (m *migration) report() MigrateReport {
 // i/o timeout instead).
 func readErr(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redq: %s: %w (%v); nothing moved", what, cerr, err)
+		return errorf("redq: %s: %w (%v); nothing moved", what, cerr, err)
 	}
-	return fmt.Errorf("redq: %s: %w", what, err)
+	return errorf("redq: %s: %w", what, err)
 }
 
 // execPipe runs a pipeline of reads and returns the first error of its

@@ -107,7 +107,9 @@ func (r MigrateReport) String() string {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "queue\tready\trejected\tunacked of dead\theaders\tleft in rmq\trmq layout\t\n")
+	// A tabwriter over a strings.Builder: writes cannot fail, and the
+	// Builder never fails a Flush either.
+	_, _ = fmt.Fprintf(tw, "queue\tready\trejected\tunacked of dead\theaders\tleft in rmq\trmq layout\t\n")
 	var total MigrateQueueReport
 	for _, q := range r.Queues {
 		layouts := strings.Join(q.Layouts, "+")
@@ -119,7 +121,7 @@ func (r MigrateReport) String() string {
 		if r.DryRun {
 			left, headers = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", q.Name, q.Ready, q.Rejected, q.Unacked, headers, left, layouts)
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", q.Name, q.Ready, q.Rejected, q.Unacked, headers, left, layouts)
 		total.Ready += q.Ready
 		total.Rejected += q.Rejected
 		total.Unacked += q.Unacked

@@ -779,7 +779,7 @@ func TestMigrateHeaderLines(t *testing.T) {
 		}
 		for i := range want {
 			g, w := gotten[i], want[i]
-			if g.payload != w.payload || !reflect.DeepEqual(g.header, w.header) && !(len(g.header) == 0 && len(w.header) == 0) {
+			if g.payload != w.payload || !reflect.DeepEqual(g.header, w.header) && (len(g.header) != 0 || len(w.header) != 0) {
 				t.Errorf("delivery %d: got %v, want %v", i, g, w)
 			}
 		}

@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -72,7 +71,7 @@ func (q *redisQueue) pushStaged(ctx context.Context, p *redisQueue, reg *registr
 		if report != nil {
 			d = report
 		}
-		q.conn.report(&DeliveryError{Delivery: d, RedisErr: fmt.Errorf("finish the move to %q (a cleaner will): %w", p.name, ferr), Count: 1})
+		q.conn.report(&DeliveryError{Delivery: d, RedisErr: errorf("finish the move to %q (a cleaner will): %w", p.name, ferr), Count: 1})
 	}
 	return res, nil
 }
@@ -95,7 +94,7 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 			return err
 		}, nil)
 		if err != nil {
-			return applied, fmt.Errorf("redq: read the outbox of %q: %w", q.name, err)
+			return applied, errorf("redq: read the outbox of %q: %w", q.name, err)
 		}
 		byDest := map[string][]any{}
 		fieldsOf := map[string][]string{}
@@ -132,19 +131,19 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 				}
 				var ok bool
 				if n, ok = v.(int64); !ok {
-					return fmt.Errorf("%w: move_apply gave %T", errBadReply, v)
+					return errorf("%w: move_apply gave %T", errBadReply, v)
 				}
 				return nil
 			}, nil)
 			if err != nil {
-				return applied, fmt.Errorf("redq: apply moves from %q to %q: %w", q.name, dest, err)
+				return applied, errorf("redq: apply moves from %q to %q: %w", q.name, dest, err)
 			}
 			applied += n
 			if waited != nil {
 				// The destination's replicas may not have the moves: keep
 				// them in the outbox (replicated) until a cleaner applies
 				// them again, which the moved set makes land once.
-				notReplicated = fmt.Errorf("redq: apply moves from %q to %q: %w", q.name, dest, waited)
+				notReplicated = errorf("redq: apply moves from %q to %q: %w", q.name, dest, waited)
 				continue
 			}
 			done = append(done, fieldsOf[dest]...)
@@ -154,7 +153,7 @@ func (q *redisQueue) finishMoves(ctx context.Context, fields []string) (int64, e
 				return q.conn.client.HDel(ctx, q.keys.outbox, done...).Err()
 			}, nil)
 			if err != nil {
-				return applied, fmt.Errorf("redq: clear the outbox of %q: %w", q.name, err)
+				return applied, errorf("redq: clear the outbox of %q: %w", q.name, err)
 			}
 		}
 	}
@@ -182,7 +181,7 @@ func (q *redisQueue) finishStaged(ctx context.Context) (int64, error) {
 	for {
 		fields, next, err := q.conn.client.HScan(ctx, q.keys.outbox, cursor, "*", stagedMoveChunk).Result()
 		if err != nil {
-			return applied, fmt.Errorf("redq: scan the outbox of %q: %w", q.name, err)
+			return applied, errorf("redq: scan the outbox of %q: %w", q.name, err)
 		}
 		names := make([]string, 0, len(fields)/2)
 		for i := 0; i+1 < len(fields); i += 2 {

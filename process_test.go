@@ -132,6 +132,7 @@ func (h *procHelper) Write(p []byte) (int, error) {
 // stopped) when the test ends.
 func startProcHelper(t *testing.T, name string, env map[string]string) *procHelper {
 	t.Helper()
+	skipShort(t, "runs consumers as processes and kills them")
 	h := &procHelper{t: t, name: name, done: make(chan struct{}), changed: make(chan struct{})}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.timeout=5m")
 	cmd.Env = append(os.Environ(), helperEnv+"="+name, procEnvLifetime+"=90s")

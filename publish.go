@@ -209,7 +209,7 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 		q.conn.observe(EventPublish, q.name, "", len(payloads), now, err)
 	}
 	if err != nil {
-		return fmt.Errorf("redq: publish to %q: %w", q.name, err)
+		return errorf("redq: publish to %q: %w", q.name, err)
 	}
 	return nil
 }

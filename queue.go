@@ -284,10 +284,10 @@ func (q *redisQueue) SetPushQueueSameSlot(pushQueue Queue) error {
 	}
 	rq, ok := pushQueue.(*redisQueue)
 	if !ok {
-		return fmt.Errorf("redq: push queue %v: %w", pushQueue, ErrorNotRedis)
+		return errorf("redq: push queue %v: %w", pushQueue, ErrorNotRedis)
 	}
 	if !q.sameSlot(rq) {
-		return fmt.Errorf("redq: push from %q (slot %d) to %q (slot %d): %w", q.name, keySlot(q.keys.ready),
+		return errorf("redq: push from %q (slot %d) to %q (slot %d): %w", q.name, keySlot(q.keys.ready),
 			rq.name, keySlot(rq.keys.ready), ErrorCrossSlot)
 	}
 	q.pushQueue.Store(rq)
@@ -326,7 +326,7 @@ func (q *redisQueue) StartConsuming(prefetchLimit int64, pollDuration time.Durat
 	// cleaner unregisters a dead connection in the same step that returns
 	// its deliveries.
 	if err := q.registerWith(ctx, q.conn.registration(), q.consumers); err != nil {
-		return fmt.Errorf("redq: start consuming %q: %w", q.name, err)
+		return errorf("redq: start consuming %q: %w", q.name, err)
 	}
 	// From here StopAllConsuming stops this queue; if it began meanwhile,
 	// the queue does not start.
@@ -443,7 +443,7 @@ func (q *redisQueue) returnBuffered() {
 		if err != nil {
 			// They stay in unacked storage; a cleaner returns them once the
 			// connection is gone.
-			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("return buffered deliveries: %w", err), Count: 1})
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: errorf("return buffered deliveries: %w", err), Count: 1})
 		}
 	}
 }
@@ -507,7 +507,7 @@ func (q *redisQueue) addConsumer(tag string, run func()) (string, error) {
 	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.Name(), q.consumers, "0").Err()
 	if err != nil {
 		q.consumers--
-		return "", fmt.Errorf("redq: add consumer to %q: %w", q.name, err)
+		return "", errorf("redq: add consumer to %q: %w", q.name, err)
 	}
 	q.workers.Add(1)
 	go func() {
@@ -585,7 +585,7 @@ func (q *redisQueue) fetchLoop() {
 		}
 		if err := q.register(ctx, reg); err != nil {
 			errCount++
-			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("register for the queue: %w", err), Count: errCount})
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: errorf("register for the queue: %w", err), Count: errCount})
 			if !q.backoffWait(errCount) {
 				return
 			}
@@ -799,7 +799,7 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 			err = res.err(0)
 		}
 		if err != nil {
-			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: fmt.Errorf("reject %d deliveries with unreadable headers: %w", len(faulty), err), Count: 1})
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: errorf("reject %d deliveries with unreadable headers: %w", len(faulty), err), Count: 1})
 		}
 	}
 	return out
@@ -824,20 +824,20 @@ func (q *redisQueue) takeRaw(ctx context.Context, reg *registration, n int64, fi
 		return taken{}, err
 	}
 	if len(v) < 3 {
-		return taken{}, fmt.Errorf("redq: short reply from fetch: %v", v)
+		return taken{}, errorf("redq: short reply from fetch: %v", v)
 	}
 	fence, ok1 := v[len(v)-3].(int64)
 	hint, ok2 := v[len(v)-2].(int64)
 	need, ok3 := v[len(v)-1].(string)
 	if !ok1 || !ok2 || !ok3 {
-		return taken{}, fmt.Errorf("redq: unexpected fetch fence, hint and need %v, %v, %v", v[len(v)-3], v[len(v)-2], v[len(v)-1])
+		return taken{}, errorf("redq: unexpected fetch fence, hint and need %v, %v, %v", v[len(v)-3], v[len(v)-2], v[len(v)-1])
 	}
 	q.needOthers(need)
 	t := taken{reg: reg, envs: make([]string, len(v)-3), fence: strconv.FormatInt(fence, 10), hint: hint}
 	for i, x := range v[:len(v)-3] {
 		s, ok := x.(string)
 		if !ok {
-			return taken{}, fmt.Errorf("redq: unexpected fetch reply element %T", x)
+			return taken{}, errorf("redq: unexpected fetch reply element %T", x)
 		}
 		t.envs[i] = s
 	}
@@ -1007,7 +1007,7 @@ func parseCodes(v any, n int) ([]int64, bool, error) {
 		return nil, false, err
 	}
 	if len(ns) != n+1 {
-		return nil, false, fmt.Errorf("redq: script replied %d results for %d deliveries", len(ns)-1, n)
+		return nil, false, errorf("redq: script replied %d results for %d deliveries", len(ns)-1, n)
 	}
 	return ns[1:], ns[0] == 1, nil
 }
@@ -1044,7 +1044,7 @@ func (q *redisQueue) returnUnacked(ctx context.Context, conn string, max int64, 
 		}
 		res, err := scripts.returnUnacked.Run(ctx, q.conn.client, keys, conn, chunk, cursor, un).Slice()
 		if err != nil {
-			return total, fmt.Errorf("redq: return unacked of %s on %q: %w", conn, q.name, err)
+			return total, errorf("redq: return unacked of %s on %q: %w", conn, q.name, err)
 		}
 		if len(res) != 3 {
 			return total, errors.New("redq: unexpected reply from return_unacked")
@@ -1072,7 +1072,7 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 	for total < max {
 		n, err := scripts.returnRejected.Run(ctx, q.conn.client, q.keys.block0(), min(max-total, fetchChunk)).Int64()
 		if err != nil {
-			return total, fmt.Errorf("redq: return rejected on %q: %w", q.name, err)
+			return total, errorf("redq: return rejected on %q: %w", q.name, err)
 		}
 		total += n
 		if n == 0 {
@@ -1087,7 +1087,7 @@ func (q *redisQueue) ReturnRejectedContext(ctx context.Context, max int64) (int6
 func (q *redisQueue) purge(ctx context.Context, what string) ([]int64, error) {
 	v, err := scripts.purge.Run(ctx, q.conn.client, q.keys.block0(), what).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redq: purge %q: %w", q.name, err)
+		return nil, errorf("redq: purge %q: %w", q.name, err)
 	}
 	return int64s(v)
 }
@@ -1133,7 +1133,7 @@ func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCo
 	}
 	unlisted, err := q.conn.client.SRem(ctx, q.conn.keys.queues, q.name).Result()
 	if err != nil {
-		return n[0], n[1], fmt.Errorf("redq: unlist queue %q: %w", q.name, err)
+		return n[0], n[1], errorf("redq: unlist queue %q: %w", q.name, err)
 	}
 	if unlisted == 0 {
 		// as in rmq: the queue was not listed (destroyed already)
@@ -1155,7 +1155,7 @@ func (q *redisQueue) DrainContext(ctx context.Context, count int64) ([]string, e
 	}
 	items, err := scripts.drain.Run(ctx, q.conn.client, q.keys.block0(), count).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("redq: drain %q: %w", q.name, err)
+		return nil, errorf("redq: drain %q: %w", q.name, err)
 	}
 	out := make([]string, len(items))
 	for i, s := range items {
@@ -1179,7 +1179,7 @@ func (q *redisQueue) RemoveContext(ctx context.Context, payload string, count in
 	}
 	levels, err := q.conn.client.ZRevRange(ctx, q.keys.levels, 0, -1).Result()
 	if err != nil {
-		return fmt.Errorf("redq: remove from %q: %w", q.name, err)
+		return errorf("redq: remove from %q: %w", q.name, err)
 	}
 	var removed int64
 	lists := []string{q.keys.ready}
@@ -1215,7 +1215,7 @@ func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count 
 	for start := int64(0); ; start += chunk {
 		items, err := q.conn.client.LRange(ctx, key, start, start+chunk-1).Result()
 		if err != nil {
-			return removed, fmt.Errorf("redq: remove from %q: %w", q.name, err)
+			return removed, errorf("redq: remove from %q: %w", q.name, err)
 		}
 		var match []string
 		for _, s := range items {
@@ -1233,7 +1233,7 @@ func (q *redisQueue) removeFrom(ctx context.Context, key, payload string, count 
 				cmds[i] = pipe.LRem(ctx, key, 1, s)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
-				return removed, fmt.Errorf("redq: remove from %q: %w", q.name, err)
+				return removed, errorf("redq: remove from %q: %w", q.name, err)
 			}
 			for _, c := range cmds {
 				removed += c.Val()

@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -42,11 +41,11 @@ func (c *redisConnection) checkWaitReplicas(ctx context.Context) error {
 	var redisErr redis.Error
 	switch {
 	case err != nil && errors.As(err, &redisErr) && !redis.IsAuthError(err) && !redis.IsPermissionError(err):
-		return fmt.Errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication answered: %w", ErrorConfiguration, ErrorUnsupportedClient, err)
+		return errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication answered: %w", ErrorConfiguration, ErrorUnsupportedClient, err)
 	case err != nil:
 		return openError(err)
 	case !strings.Contains(info, "role:"):
-		return fmt.Errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication does not name a role", ErrorConfiguration, ErrorUnsupportedClient)
+		return errorf("%w: %w: WithWaitReplicas needs a Redis that replicates; INFO replication does not name a role", ErrorConfiguration, ErrorUnsupportedClient)
 	}
 	return nil
 }
@@ -95,7 +94,7 @@ func (c *redisConnection) replicated(ctx context.Context, key string, send func(
 		return err
 	}
 	conn := node.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 	if err := send(conn); err != nil {
 		c.slotsMoved(ctx, err)
 		return err
@@ -168,7 +167,7 @@ func (c *redisConnection) runScript(ctx context.Context, sc scriptCall) (any, er
 		return nil, err
 	}
 	conn := node.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 	cmds, waited := c.evalThenWait(ctx, node, conn, []scriptCall{sc})
 	v, err := cmds[0].Result()
 	if err != nil {
@@ -217,7 +216,7 @@ func (c *redisConnection) sendReplicated(ctx context.Context, calls []*remembere
 				group[j] = calls[i]
 			}
 			conn := node.Conn()
-			defer conn.Close()
+			defer func() { _ = conn.Close() }() // back to the pool; a failed return only drops it
 			var got []*redis.Cmd
 			var waited error
 			if sc := scriptsOf(group); sc != nil {

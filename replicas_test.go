@@ -20,6 +20,7 @@ import (
 // replica is in sync.
 func startReplicated(t testing.TB) (primary, replica *redistest.Server) {
 	t.Helper()
+	skipShort(t, "starts a primary and a replica")
 	primary, replica = redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()
 	// no wait for more replicas before a full sync starts (5s by default)

@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -96,11 +95,11 @@ func (s *sends) failed(err error) bool {
 func (s *sends) err() error {
 	switch {
 	case s.ambiguous:
-		return fmt.Errorf("%w (after %d tries: %w)", ErrorOutcomeUnknown, s.count, s.last)
+		return errorf("%w (after %d tries: %w)", ErrorOutcomeUnknown, s.count, s.last)
 	case s.kind == failOOM || s.kind == failRefused:
-		return fmt.Errorf("%w: %w", ErrorWritesRefused, s.last)
+		return errorf("%w: %w", ErrorWritesRefused, s.last)
 	case s.kind == failUnreached:
-		return fmt.Errorf("%w (after %d tries: %w)", ErrorUnavailable, s.count, s.last)
+		return errorf("%w (after %d tries: %w)", ErrorUnavailable, s.count, s.last)
 	}
 	return s.last
 }

@@ -3,7 +3,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -20,8 +19,8 @@ const HeartbeatErrorLimit = DefaultHeartbeatErrorLimit
 
 // OpenClusterConnection opens a connection on a Redis Cluster client (or
 // any client). redq puts every key of a queue under one hash tag on every
-// client, so this is OpenConnectionWithRedisClient; it exists under rmq's
-// name.
+// client, so this is OpenConnectionWithRedisClient, and fails as it does;
+// it exists under rmq's name.
 func OpenClusterConnection(tag string, redisClient redis.Cmdable, errChan chan<- error, opts ...Option) (Connection, error) {
 	return OpenConnectionWithRedisClient(tag, redisClient, errChan, opts...)
 }
@@ -52,7 +51,8 @@ type RedisWrapper struct {
 	rawClient redis.Cmdable
 }
 
-// NewRedisWrapper wraps a go-redis client.
+// NewRedisWrapper wraps a go-redis client as an rmq RedisClient (for
+// OpenConnectionWithRmqRedisClient). It cannot fail.
 func NewRedisWrapper(client redis.Cmdable) RedisWrapper { return RedisWrapper{rawClient: client} }
 
 // Set sets key to value with an expiration (0: none).
@@ -134,7 +134,7 @@ func (w RedisWrapper) FlushDb() error {
 // OpenConnectionWithRmqRedisClient opens a connection through an rmq
 // RedisClient. redq needs Lua scripts, so the client must reach a real
 // Redis: a RedisWrapper or a TestRedisClient; any other RedisClient gets
-// an error that matches ErrorNotRedis.
+// an error that matches ErrorNotRedis. Otherwise it fails as Open does.
 func OpenConnectionWithRmqRedisClient(tag string, redisClient RedisClient, errChan chan<- error, opts ...Option) (Connection, error) {
 	switch c := redisClient.(type) {
 	case RedisWrapper:
@@ -144,7 +144,7 @@ func OpenConnectionWithRmqRedisClient(tag string, redisClient RedisClient, errCh
 	case *TestRedisClient:
 		return OpenConnectionWithRedisClient(tag, c.client, errChan, opts...)
 	}
-	return nil, fmt.Errorf("%w: redq runs Lua scripts, which a %T cannot; pass a go-redis client to OpenConnectionWithRedisClient", ErrorNotRedis, redisClient)
+	return nil, errorf("%w: redq runs Lua scripts, which a %T cannot; pass a go-redis client to OpenConnectionWithRedisClient", ErrorNotRedis, redisClient)
 }
 
 // CollectStats reads the stats of queueList through mainConnection (rmq's

@@ -60,7 +60,7 @@ type Round interface {
 	Next(ctx context.Context, timeout time.Duration) (RoundItem, error)
 	// NextBatch is Next for up to max items: it returns as soon as at
 	// least one is due, with as many due ones as there are, up to max.
-	NextBatch(ctx context.Context, max int, timeout time.Duration) ([]RoundItem, error)
+	NextBatch(ctx context.Context, max int64, timeout time.Duration) ([]RoundItem, error)
 	// Reissue puts an item back at the front of the round, to be handed
 	// out again at once although its period has not passed (a worker that
 	// failed on it wants it back): behind the other items waiting at the
@@ -204,10 +204,10 @@ func (c *redisConnection) openRound(ctx context.Context, name string, period tim
 	}
 	stored, err := scripts.roundOpen.Run(ctx, c.client, k.all(), period.Milliseconds(), ttlArg, change).Int64Slice()
 	if err == nil && len(stored) != 2 {
-		err = fmt.Errorf("unexpected reply %v", stored)
+		err = errorf("unexpected reply %v", stored)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redq: open round %q: %w", name, err)
+		return nil, errorf("redq: open round %q: %w", name, err)
 	}
 	if stored[0] != period.Milliseconds() {
 		return nil, argError("round period", period, fmt.Sprintf("round %q exists with period %s; open it with that period, or give RoundChangeSettings to change it",
@@ -220,7 +220,7 @@ func (c *redisConnection) openRound(ctx context.Context, name string, period tim
 	// The registry is a global key, in another cluster slot than the
 	// round's: a command of its own, after the round's settings are in.
 	if err := c.client.SAdd(ctx, c.keys.rounds(), name).Err(); err != nil {
-		return nil, fmt.Errorf("redq: open round %q: %w", name, err)
+		return nil, errorf("redq: open round %q: %w", name, err)
 	}
 	return &redisRound{name: name, conn: c, keys: k, keyArg: k.all(), period: stored[0], ttl: stored[1], waitCap: takeWaitCap}, nil
 }
@@ -230,7 +230,7 @@ func (c *redisConnection) openRound(ctx context.Context, name string, period tim
 func (c *redisConnection) openRounds(ctx context.Context) ([]string, error) {
 	names, err := c.client.SMembers(ctx, c.keys.rounds()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redq: list rounds: %w", err)
+		return nil, errorf("redq: list rounds: %w", err)
 	}
 	return names, nil
 }
@@ -263,7 +263,7 @@ func (r *redisRound) Add(ctx context.Context, id string, data []byte) (bool, err
 	}
 	n, err := r.once(ctx, scripts.roundAdd, id, data, r.period, r.ttl)
 	if err != nil {
-		return false, fmt.Errorf("redq: add to round %q: %w", r.name, err)
+		return false, errorf("redq: add to round %q: %w", r.name, err)
 	}
 	return n == 1, nil
 }
@@ -274,7 +274,7 @@ func (r *redisRound) Remove(ctx context.Context, id string) (bool, error) {
 	}
 	n, err := r.once(ctx, scripts.roundRemove, id)
 	if err != nil {
-		return false, fmt.Errorf("redq: remove from round %q: %w", r.name, err)
+		return false, errorf("redq: remove from round %q: %w", r.name, err)
 	}
 	return n == 1, nil
 }
@@ -285,7 +285,7 @@ func (r *redisRound) Reissue(ctx context.Context, id string) (bool, error) {
 	}
 	n, err := r.once(ctx, scripts.roundReissue, id)
 	if err != nil {
-		return false, fmt.Errorf("redq: reissue in round %q: %w", r.name, err)
+		return false, errorf("redq: reissue in round %q: %w", r.name, err)
 	}
 	return n == 1, nil
 }
@@ -305,7 +305,7 @@ func (r *redisRound) once(ctx context.Context, script *redis.Script, args ...any
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%w %v", errBadReply, v)
+		return 0, errorf("%w %v", errBadReply, v)
 	}
 	return n, nil
 }
@@ -316,14 +316,14 @@ func (r *redisRound) Get(ctx context.Context, id string) (RoundItem, error) {
 	}
 	v, err := scripts.roundGet.Run(ctx, r.conn.client, r.keyArg, id).Slice()
 	if err != nil {
-		return RoundItem{}, fmt.Errorf("redq: get from round %q: %w", r.name, err)
+		return RoundItem{}, errorf("redq: get from round %q: %w", r.name, err)
 	}
 	if len(v) == 0 {
-		return RoundItem{}, fmt.Errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
+		return RoundItem{}, errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
 	}
 	it, err := roundItem(id, v)
 	if err != nil {
-		return RoundItem{}, fmt.Errorf("redq: get from round %q: %w", r.name, err)
+		return RoundItem{}, errorf("redq: get from round %q: %w", r.name, err)
 	}
 	return it, nil
 }
@@ -331,7 +331,7 @@ func (r *redisRound) Get(ctx context.Context, id string) (RoundItem, error) {
 func (r *redisRound) Len(ctx context.Context) (int64, error) {
 	n, err := scripts.roundLen.Run(ctx, r.conn.client, r.keyArg).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("redq: length of round %q: %w", r.name, err)
+		return 0, errorf("redq: length of round %q: %w", r.name, err)
 	}
 	return n, nil
 }
@@ -344,7 +344,7 @@ func (r *redisRound) Next(ctx context.Context, timeout time.Duration) (RoundItem
 	return items[0], nil
 }
 
-func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Duration) ([]RoundItem, error) {
+func (r *redisRound) NextBatch(ctx context.Context, max int64, timeout time.Duration) ([]RoundItem, error) {
 	if max < 1 {
 		return nil, argError("max", max, "must be at least 1")
 	}
@@ -364,13 +364,13 @@ func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Durati
 	for {
 		var out []RoundItem
 		var hint int64
-		for len(out) < max {
-			items, h, err := r.handOut(ctx, min(max-len(out), roundChunk))
+		for int64(len(out)) < max {
+			items, h, err := r.handOut(ctx, int(min(max-int64(len(out)), roundChunk)))
 			if err != nil {
 				if len(out) > 0 {
 					return out, nil // they are marked issued: the caller's now; the error comes again next call
 				}
-				return nil, fmt.Errorf("redq: next of round %q: %w", r.name, err)
+				return nil, errorf("redq: next of round %q: %w", r.name, err)
 			}
 			out = append(out, items...)
 			if hint = h; hint != 0 {
@@ -394,7 +394,7 @@ func (r *redisRound) NextBatch(ctx context.Context, max int, timeout time.Durati
 			w = newWaiter(r.conn.client, r.keys.signal, true)
 		}
 		if err := w.wait(ctx, min(waitFor(left, hint), r.waitCap), true); err != nil {
-			return nil, fmt.Errorf("redq: next of round %q: %w", r.name, err)
+			return nil, errorf("redq: next of round %q: %w", r.name, err)
 		}
 	}
 }
@@ -407,11 +407,11 @@ func (r *redisRound) handOut(ctx context.Context, n int) ([]RoundItem, int64, er
 		return nil, 0, err
 	}
 	if len(v) == 0 || (len(v)-1)%3 != 0 {
-		return nil, 0, fmt.Errorf("unexpected reply of %d elements", len(v))
+		return nil, 0, errorf("unexpected reply of %d elements", len(v))
 	}
 	hint, ok := v[0].(int64)
 	if !ok {
-		return nil, 0, fmt.Errorf("unexpected hint %v", v[0])
+		return nil, 0, errorf("unexpected hint %v", v[0])
 	}
 	items := make([]RoundItem, 0, (len(v)-1)/3)
 	for i := 1; i < len(v); i += 3 {
@@ -434,13 +434,13 @@ func roundItem(id string, v []any) (RoundItem, error) {
 	}
 	f := strings.Split(info, ",")
 	if len(f) != 5 {
-		return RoundItem{}, fmt.Errorf("unexpected item info %q", info)
+		return RoundItem{}, errorf("unexpected item info %q", info)
 	}
 	var n [3]int64
 	for i := range n {
 		x, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
-			return RoundItem{}, fmt.Errorf("unexpected item info %q", info)
+			return RoundItem{}, errorf("unexpected item info %q", info)
 		}
 		n[i] = x
 	}
@@ -465,7 +465,7 @@ func (c *redisConnection) sweepRounds(ctx context.Context) []roundFailure {
 		for {
 			n, err := scripts.roundSweep.Run(ctx, c.client, keys, roundSweepChunk).Int64()
 			if err != nil {
-				failed = append(failed, roundFailure{key: keys[0], label: "round " + name, err: fmt.Errorf("expired items of round %q: %w", name, err)})
+				failed = append(failed, roundFailure{key: keys[0], label: "round " + name, err: errorf("expired items of round %q: %w", name, err)})
 				break
 			}
 			if n < roundSweepChunk {
@@ -513,11 +513,11 @@ func roundStats(ctx context.Context, c redis.UniversalClient, cmds []roundStatCm
 		if err == nil {
 			n, err = int64s(v)
 			if err == nil && len(n) != 8 {
-				err = fmt.Errorf("unexpected reply %v", v)
+				err = errorf("unexpected reply %v", v)
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("round %q: %w", rc.name, err)
+			return nil, errorf("round %q: %w", rc.name, err)
 		}
 		ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
 		out[rc.name] = RoundStat{

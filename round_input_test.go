@@ -111,7 +111,7 @@ func TestRoundBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		}
 		_, err = r.Add(ctx, "a", make([]byte, 17)) // not even as a renewal
 		wantArgError(t, "renewal with data over the max payload", err)
-		for _, max := range []int{0, -1} {
+		for _, max := range []int64{0, -1} {
 			_, err := r.NextBatch(ctx, max, 0)
 			wantArgError(t, fmt.Sprintf("NextBatch max %d", max), err)
 		}

@@ -172,10 +172,7 @@ func (s Stats) String() string {
 			fmt.Fprintf(&b, "  %-28s %10s %10s %10s %10s %10d %10d %12s\n", c, "", "", "", "", cs.UnackedCount, cs.ConsumerCount, stateWord(cs.Active, cs.Stopped))
 		}
 	}
-	for _, name := range sortedStatsKeys(s.TimerStats) {
-		ts := s.TimerStats[name]
-		fmt.Fprintf(&b, "timers %s: %d pending, %d firing\n", name, ts.Pending, ts.Firing)
-	}
+	writeTimerStats(&b, s.TimerStats)
 	others := make([]string, 0, len(s.OtherConnections))
 	for c := range s.OtherConnections {
 		others = append(others, c)
@@ -261,7 +258,7 @@ func countsOf(ctx context.Context, client redis.Cmdable, cmd *redis.Cmd, k queue
 	}
 	n, err := int64s(v)
 	if err == nil && len(n) != countsLen {
-		err = fmt.Errorf("unexpected reply %v", v)
+		err = errorf("unexpected reply %v", v)
 	}
 	return n, err
 }
@@ -305,24 +302,24 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	for i, q := range qc {
 		var cerr error
 		if counts[i], cerr = countsOf(ctx, client, q.counts, q.keys); cerr != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", cerr)
+			return stats, errorf("redq: collect stats: %w", cerr)
 		}
 	}
 	if err != nil && !isNoScript(err) {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := members.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := timerSets.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	if err := rounds.Err(); err != nil {
-		return stats, fmt.Errorf("redq: collect stats: %w", err)
+		return stats, errorf("redq: collect stats: %w", err)
 	}
 	for _, q := range qc {
 		if err := q.consumers.Err(); err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 	}
 	registered := map[string]bool{}
@@ -361,19 +358,19 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 		// A script may not be cached (NOSCRIPT): countsOf and roundStats
 		// run it again; every other command must have succeeded.
 		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		for conn, b := range beats {
 			for _, cmd := range []*redis.IntCmd{b, stops[conn]} {
 				if err := cmd.Err(); err != nil {
-					return stats, fmt.Errorf("redq: collect stats: %w", err)
+					return stats, errorf("redq: collect stats: %w", err)
 				}
 			}
 		}
 		for _, u := range unacked {
 			for _, cmd := range u {
 				if err := cmd.Err(); err != nil {
-					return stats, fmt.Errorf("redq: collect stats: %w", err)
+					return stats, errorf("redq: collect stats: %w", err)
 				}
 			}
 		}
@@ -381,7 +378,7 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	if len(roundCmds) > 0 {
 		rs, err := roundStats(ctx, client, roundCmds)
 		if err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		stats.RoundStats = rs
 	}
@@ -391,7 +388,7 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	for i, name := range timerSets.Val() {
 		n, err := countsOf(ctx, client, timerCounts[i], timerKeys[i])
 		if err != nil {
-			return stats, fmt.Errorf("redq: collect stats: %w", err)
+			return stats, errorf("redq: collect stats: %w", err)
 		}
 		stats.TimerStats[name] = TimerStat{Pending: n[4] + n[6], Firing: n[5]}
 	}
@@ -492,6 +489,19 @@ func (s Stats) RoundNames() []string {
 }
 
 // writeRoundStats appends the rounds table to the text form of Stats.
+// writeTimerStats writes the timer sets as a table, as the queues and
+// rounds are written.
+func writeTimerStats(b *strings.Builder, timers map[string]TimerStat) {
+	if len(timers) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%-30s %10s %10s\n", "timer set", "pending", "firing")
+	for _, name := range sortedStatsKeys(timers) {
+		t := timers[name]
+		fmt.Fprintf(b, "%-30s %10d %10d\n", name, t.Pending, t.Firing)
+	}
+}
+
 func writeRoundStats(b *strings.Builder, rounds map[string]RoundStat) {
 	if len(rounds) == 0 {
 		return

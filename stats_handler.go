@@ -3,7 +3,6 @@ package redq
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -54,7 +53,10 @@ const (
 //
 // Invalid options get 400 Bad Request; a Redis error gets 500 with the
 // error's text. Only GET and HEAD are allowed. Every request reads Redis
-// afresh, in the request's context.
+// afresh, in the request's context. NewHandler itself cannot fail. For
+// example:
+//
+//	http.Handle("/queues", redq.NewHandler(conn))
 func NewHandler(connection Connection) http.Handler {
 	return &statsHandler{conn: connection}
 }
@@ -75,7 +77,7 @@ func parseStatsQuery(q url.Values) (statsQuery, error) {
 	if s := q.Get("refresh"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < minRefreshSeconds || n > maxRefreshSeconds {
-			return sq, fmt.Errorf("redq: invalid refresh %q: must be a whole number of seconds from %d to %d", s, minRefreshSeconds, maxRefreshSeconds)
+			return sq, errorf("redq: invalid refresh %q: must be a whole number of seconds from %d to %d", s, minRefreshSeconds, maxRefreshSeconds)
 		}
 		sq.refresh = n
 	}
@@ -84,14 +86,14 @@ func parseStatsQuery(q url.Values) (statsQuery, error) {
 	case "condensed":
 		sq.condensed = true
 	default:
-		return sq, fmt.Errorf("redq: invalid layout %q: use \"condensed\" or leave it out", l)
+		return sq, errorf("redq: invalid layout %q: use \"condensed\" or leave it out", l)
 	}
 	switch f := q.Get("format"); f {
 	case "", "html":
 	case "json":
 		sq.json = true
 	default:
-		return sq, fmt.Errorf("redq: invalid format %q: use \"html\" or \"json\"", f)
+		return sq, errorf("redq: invalid format %q: use \"html\" or \"json\"", f)
 	}
 	return sq, nil
 }

@@ -2,7 +2,6 @@ package redq
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -84,7 +83,7 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 				if len(out) > 0 {
 					return out, nil
 				}
-				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+				return nil, errorf("redq: take from %q: %w", q.name, err)
 			}
 			sent := time.Now()
 			want := min(max-int64(len(out)), fetchChunk)
@@ -101,9 +100,9 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 						q.forget(reg)
 						continue
 					}
-					err = fmt.Errorf("%w: %w", ErrorConnectionLost, err)
+					err = errorf("%w: %w", ErrorConnectionLost, err)
 				}
-				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+				return nil, errorf("redq: take from %q: %w", q.name, err)
 			}
 			slot.token++
 			for _, d := range q.deliveries(res, sent) {
@@ -138,7 +137,7 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 				err = w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("redq: take from %q: %w", q.name, err)
+				return nil, errorf("redq: take from %q: %w", q.name, err)
 			}
 		}
 	}

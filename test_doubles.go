@@ -21,7 +21,11 @@ type TestConnection struct {
 	rounds map[string]*TestRound
 }
 
-// NewTestConnection returns an empty TestConnection.
+// NewTestConnection returns an empty TestConnection: a Connection in
+// memory, without Redis, whose queues record what is published (see
+// GetDeliveries). It cannot fail. For example:
+//
+//	conn := redq.NewTestConnection()
 func NewTestConnection() TestConnection {
 	return TestConnection{mu: &sync.Mutex{}, queues: map[string]*TestQueue{}, timers: map[string]*TestTimers{},
 		rounds: map[string]*TestRound{}}
@@ -211,7 +215,7 @@ func (q *TestQueue) SetPushQueueSameSlot(pushQueue Queue) error {
 		return nil
 	}
 	if p, ok := pushQueue.(*TestQueue); ok && keySlot(slotTag(q.name)) != keySlot(slotTag(p.name)) {
-		return fmt.Errorf("redq: push from %q to %q: %w", q.name, p.name, ErrorCrossSlot)
+		return errorf("redq: push from %q to %q: %w", q.name, p.name, ErrorCrossSlot)
 	}
 	return nil
 }
@@ -488,7 +492,9 @@ type TestDelivery struct {
 }
 
 // NewTestDelivery returns a delivery whose payload is content: a string
-// as it is, anything else as JSON (as rmq's does).
+// as it is, anything else as JSON (as rmq's does). Its verbs only record
+// the state (see GetState). It cannot fail: content that does not marshal
+// to JSON becomes its %v text.
 func NewTestDelivery(content any) *TestDelivery {
 	if s, ok := content.(string); ok {
 		return NewTestDeliveryString(s)
@@ -500,7 +506,10 @@ func NewTestDelivery(content any) *TestDelivery {
 	return NewTestDeliveryString(string(b))
 }
 
-// NewTestDeliveryString returns a delivery with that payload.
+// NewTestDeliveryString returns a delivery with that payload, whose verbs
+// only record the state (see GetState). It cannot fail. For example:
+//
+//	d := redq.NewTestDeliveryString("payload")
 func NewTestDeliveryString(payload string) *TestDelivery {
 	return &TestDelivery{payload: payload}
 }
@@ -691,9 +700,15 @@ func (t *TestTimers) Lookup(_ context.Context, key string) (time.Time, error) {
 	return at, nil
 }
 
-// Next waits for the earliest timer to be due (by the local clock) and
-// returns its fire, or ctx's error.
-func (t *TestTimers) Next(ctx context.Context) (Fire, error) {
+// Next waits up to timeout for the earliest timer to be due (by the
+// local clock) and returns its fire, as Timers.Next: ErrorTimeout when
+// none fired in time, or ctx's error.
+func (t *TestTimers) Next(ctx context.Context, timeout time.Duration) (Fire, error) {
+	if timeout < 0 {
+		return nil, argError("timeout", timeout, "must not be negative")
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		t.mu.Lock()
 		var key string
@@ -717,6 +732,8 @@ func (t *TestTimers) Next(ctx context.Context) (Fire, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, ErrorTimeout
 		case <-changed:
 		case <-wake:
 		}

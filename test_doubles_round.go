@@ -264,7 +264,7 @@ func (r *TestRound) Get(_ context.Context, id string) (RoundItem, error) {
 	r.sweep(r.clock())
 	x := r.items[id]
 	if x == nil {
-		return RoundItem{}, fmt.Errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
+		return RoundItem{}, errorf("redq: round %q has no item %q: %w", r.name, id, ErrorNotFound)
 	}
 	return x.copy(), nil
 }
@@ -308,7 +308,7 @@ func (r *TestRound) Next(ctx context.Context, timeout time.Duration) (RoundItem,
 }
 
 // NextBatch hands out up to max due items, as Round.NextBatch.
-func (r *TestRound) NextBatch(ctx context.Context, max int, timeout time.Duration) ([]RoundItem, error) {
+func (r *TestRound) NextBatch(ctx context.Context, max int64, timeout time.Duration) ([]RoundItem, error) {
 	if max < 1 {
 		return nil, argError("max", max, "must be at least 1")
 	}
@@ -317,7 +317,7 @@ func (r *TestRound) NextBatch(ctx context.Context, max int, timeout time.Duratio
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		out, hint, changed := r.handOut(max)
+		out, hint, changed := r.handOut(int(min(max, 1<<30)))
 		if len(out) > 0 {
 			return out, nil
 		}

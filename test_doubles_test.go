@@ -163,3 +163,24 @@ func TestTestQueueKeyedFollowsTheRules(t *testing.T) {
 		t.Fatalf("MaxWait below the delay: %v", err)
 	}
 }
+
+// The test double's timers wait as Timers.Next does.
+func TestTestTimersNextTimeout(t *testing.T) {
+	ctx := context.Background()
+	ts, err := NewTestConnection().OpenTimers("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.Next(ctx, 10*time.Millisecond); !errors.Is(err, ErrorTimeout) {
+		t.Fatalf("Next on no timers = %v; want ErrorTimeout", err)
+	}
+	if _, err := ts.Next(ctx, -time.Millisecond); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("Next(-1ms) = %v; want an *ArgumentError", err)
+	}
+	if err := ts.Set(ctx, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := ts.Next(ctx, 0); err != nil || f.Key() != "k" {
+		t.Fatalf("Next(0) on a due timer = %v, %v", f, err)
+	}
+}

@@ -2,8 +2,6 @@ package redq
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -39,10 +37,14 @@ type Timers interface {
 	// Lookup returns the due time of key's pending timer; ErrorNotFound
 	// when none is pending.
 	Lookup(ctx context.Context, key string) (time.Time, error)
-	// Next waits until a timer fires and returns the fire, or until ctx
-	// ends (then it returns ctx's error). The fire is this connection's
-	// until it is acked or released.
-	Next(ctx context.Context) (Fire, error)
+	// Next waits up to timeout until a timer fires and returns the fire,
+	// as Queue.Take and Round.Next wait: ErrorTimeout when none fired in
+	// time (timeout 0 does not wait), an error matching ctx's when ctx
+	// ends, ErrorConsumingStopped after StopAllConsuming, and an
+	// *ArgumentError for a negative timeout. Any number of processes may
+	// wait; each fire goes to one. The fire is this connection's until it
+	// is acked or released.
+	Next(ctx context.Context, timeout time.Duration) (Fire, error)
 }
 
 // Fire is a timer that fired (see Timers.Next).
@@ -77,7 +79,7 @@ func (c *redisConnection) OpenTimers(name string) (Timers, error) {
 	q := newQueue(c, name, queueOptions{retry: DefaultRetryPolicy})
 	q.setKeys(newQueueKeys(c.opts.namespace, timerTag+name))
 	if err := c.client.SAdd(context.Background(), c.keys.timers, name).Err(); err != nil {
-		return nil, fmt.Errorf("redq: open timers %q: %w", name, err)
+		return nil, errorf("redq: open timers %q: %w", name, err)
 	}
 	return &redisTimers{q: q}, nil
 }
@@ -107,27 +109,17 @@ func (t *redisTimers) Lookup(ctx context.Context, key string) (time.Time, error)
 		return time.Time{}, err
 	}
 	if !item.Pending {
-		return time.Time{}, fmt.Errorf("redq: lookup %q: only its fire is being handled: %w", key, ErrorNotFound)
+		return time.Time{}, errorf("redq: lookup %q: only its fire is being handled: %w", key, ErrorNotFound)
 	}
 	return item.Due, nil
 }
 
-// nextWait bounds one Take of Next; Next takes again until ctx ends.
-const nextWait = time.Hour
-
-func (t *redisTimers) Next(ctx context.Context) (Fire, error) {
-	for {
-		d, err := t.q.Take(ctx, nextWait)
-		switch {
-		case err == nil:
-			return redisFire{d.(*redisDelivery)}, nil
-		case errors.Is(err, ErrorTimeout):
-			continue
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		}
+func (t *redisTimers) Next(ctx context.Context, timeout time.Duration) (Fire, error) {
+	d, err := t.q.Take(ctx, timeout)
+	if err != nil {
 		return nil, err
 	}
+	return redisFire{d.(*redisDelivery)}, nil
 }
 
 type redisFire struct{ d *redisDelivery }

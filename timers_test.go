@@ -22,9 +22,7 @@ func openTimers(t testing.TB, c Connection, name string) Timers {
 // nextFire waits for the next fire within limit.
 func nextFire(t testing.TB, ts Timers, limit time.Duration) Fire {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	f, err := ts.Next(ctx)
+	f, err := ts.Next(context.Background(), limit)
 	if err != nil {
 		t.Fatalf("next fire: %v", err)
 	}
@@ -34,9 +32,7 @@ func nextFire(t testing.TB, ts Timers, limit time.Duration) Fire {
 // noFire asserts that nothing fires within d.
 func noFire(t testing.TB, ts Timers, d time.Duration, what string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	if f, err := ts.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if f, err := ts.Next(context.Background(), d); !errors.Is(err, ErrorTimeout) {
 		t.Fatalf("%s: fired %v (%v), want nothing", what, f, err)
 	}
 }
@@ -235,7 +231,10 @@ func TestEveryTimerFiresOnceAmongManyWaiters(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					f, err := sets[w%2].Next(wctx)
+					f, err := sets[w%2].Next(wctx, time.Second)
+					if errors.Is(err, ErrorTimeout) {
+						continue
+					}
 					if err != nil {
 						return
 					}
@@ -357,4 +356,29 @@ func TestTestTimersFollowTheRules(t *testing.T) {
 	if f := nextFire(t, ts, time.Second); f.Key() != "d" {
 		t.Fatalf("fired %q, want d", f.Key())
 	}
+}
+
+// Next waits as Take and Round.Next do: timeout 0 does not wait, an
+// empty set times out with ErrorTimeout, a negative timeout is refused.
+func TestTimersNextTimeout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ts := openTimers(t, openT(t, b, "timers", namespace()), "next-timeout")
+		if f, err := ts.Next(ctx, 0); !errors.Is(err, ErrorTimeout) {
+			t.Fatalf("Next(0) on no timers = %v, %v; want ErrorTimeout", f, err)
+		}
+		if _, err := ts.Next(ctx, -time.Millisecond); !errors.Is(err, ErrorInvalidArgument) {
+			t.Fatalf("Next(-1ms) = %v; want an *ArgumentError", err)
+		}
+		if err := ts.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		f, err := ts.Next(ctx, 0)
+		if err != nil || f.Key() != "k" {
+			t.Fatalf("Next(0) on a due timer = %v, %v", f, err)
+		}
+		if err := f.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

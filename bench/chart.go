@@ -161,7 +161,7 @@ func (b *barsPlotter) GlyphBoxes(plt *plot.Plot) []plot.GlyphBox {
 			Max: vg.Point{X: labelGap + w, Y: h / 2},
 		}
 		if bar.value < 1 {
-			boxes[i].Rectangle.Min.X, boxes[i].Rectangle.Max.X = -labelGap-w, -labelGap
+			boxes[i].Min.X, boxes[i].Max.X = -labelGap-w, -labelGap
 		}
 	}
 	return boxes

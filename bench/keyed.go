@@ -11,8 +11,8 @@ import (
 
 // The keyed and timer workloads: upserts of keyed deliveries
 // and the bytes a pending one costs (redq only: none of the peers has
-// keyed items), and timers side by side with the rimer-style baseline
-// (rimer.go): fire lateness, fires per second, fires lost when a consumer
+// keyed items), and timers side by side with the keyspace-poll timers baseline
+// (polltimers.go): fire lateness, fires per second, fires lost when a consumer
 // dies after taking, double fires with two pollers.
 
 // keyedSystem is what a system offers for the keyed workloads. Only redq
@@ -29,7 +29,7 @@ type keyedSystem interface {
 }
 
 // timerSystem is what a system offers for the timer workloads: redq's
-// Timers and the rimer baseline.
+// Timers and the keyspace-poll timers baseline.
 type timerSystem interface {
 	// FireTimers sets cfg.N timers due cfg.Lead after it starts, spread
 	// evenly over cfg.Spread, then starts its consumers (and, for a
@@ -229,14 +229,14 @@ type timerConfig struct {
 	// Consumers handle fires; a handled fire is recorded in the tally
 	// with the time its consumer received it.
 	Consumers int
-	// Pairs is 1, or 2 for two pollers (rimer) or two connections, each
+	// Pairs is 1, or 2 for two pollers (poll-timers) or two connections, each
 	// with half the consumers (redq).
 	Pairs int
 	// VictimTakes, when positive, makes one more consumer that takes that
 	// many fires and dies before handling them (redq: its connection's
 	// client is closed and its heartbeat lapses; a cleaner then runs).
 	VictimTakes int
-	// Poll is the rimer poller's pause between polls.
+	// Poll is the pollTimers poller's pause between polls.
 	Poll time.Duration
 	// Drain bounds the wait for the fires after the last due time.
 	Drain time.Duration
@@ -401,8 +401,8 @@ const (
 	keyedGoroutines = 8
 	// timerConsumers is the consumer count of every timer run.
 	timerConsumers = 8
-	// rimerPoll is the baseline's pause between polls.
-	rimerPoll = time.Second
+	// pollTimersPoll is the baseline's pause between polls.
+	pollTimersPoll = time.Second
 )
 
 // victimTakes is how many fires the consumer that dies takes: 1% of the
@@ -428,7 +428,7 @@ func keyedWindows(keys int) [2]upsertWindow {
 func keyedWorkloads(z sizes) []workload {
 	n := z.n
 	redqOnly := []string{"redq"}
-	both := []string{"redq", "rimer"}
+	both := []string{"redq", "poll-timers"}
 	distinct := z.scaled(10, 1, 1000)
 	hot := z.scaled(1, 100, 10)
 	win := keyedWindows(distinct)
@@ -498,7 +498,7 @@ func keyedWorkloads(z sizes) []workload {
 	spread := max(time.Second, time.Duration(float64(10*time.Second)*float64(n)/100_000))
 	base := timerConfig{
 		N: n, Spread: spread, Consumers: timerConsumers, Pairs: 1,
-		Poll: rimerPoll, Drain: time.Minute,
+		Poll: pollTimersPoll, Drain: time.Minute,
 	}
 	lateness := []metric{
 		{"p50 lateness", "µs", lowerIsBetter}, {"p99 lateness", "µs", lowerIsBetter}, {"max lateness", "µs", lowerIsBetter},
@@ -539,8 +539,8 @@ func keyedWorkloads(z sizes) []workload {
 	pairs.Pairs = 2
 	out = append(out,
 		fire("timers/lateness-"+count(n),
-			fmt.Sprintf("%d timers due over %s, %d consumers (rimer: 1 poller, a pause of %s); receipt − due time",
-				n, spread, timerConsumers, rimerPoll),
+			fmt.Sprintf("%d timers due over %s, %d consumers (poll-timers: 1 poller, a pause of %s); receipt − due time",
+				n, spread, timerConsumers, pollTimersPoll),
 			base, lateness, true, func(_ fireCounts, late []time.Duration) []float64 {
 				if len(late) == 0 {
 					return []float64{0, 0, 0}
@@ -549,7 +549,7 @@ func keyedWorkloads(z sizes) []workload {
 			}),
 		workload{
 			name:    "timers/burst-" + count(n),
-			about:   fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (rimer: its first poll included)", n, timerConsumers),
+			about:   fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (poll-timers: its first poll included)", n, timerConsumers),
 			metrics: []metric{{"rate", "fires/s", higherIsBetter}},
 			systems: both,
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {

@@ -28,7 +28,7 @@ func TestKeyedWorkloads(t *testing.T) {
 			continue
 		}
 		for _, s := range allSystems() {
-			want := s.Name() == "redq" || (s.Name() == "rimer" && slices.Contains(withBaseline, name))
+			want := s.Name() == "redq" || (s.Name() == "poll-timers" && slices.Contains(withBaseline, name))
 			if got := w.takesPart(s.Name()); got != want {
 				t.Errorf("%s: takesPart(%q) = %v, want %v", name, s.Name(), got, want)
 			}
@@ -38,7 +38,7 @@ func TestKeyedWorkloads(t *testing.T) {
 		}
 	}
 	for _, w := range byName {
-		if !strings.HasPrefix(w.name, "timers/") && w.takesPart("rimer") {
+		if !strings.HasPrefix(w.name, "timers/") && w.takesPart("poll-timers") {
 			t.Errorf("the timer baseline takes part in %s", w.name)
 		}
 	}
@@ -59,9 +59,9 @@ func TestKeyedWorkloads(t *testing.T) {
 	}
 }
 
-// The rimer baseline measures the timer workloads only.
-func TestRimerMeasuresNoQueueWorkload(t *testing.T) {
-	s := newRimer()
+// The keyspace-poll timers baseline measures the timer workloads only.
+func TestPollTimersMeasuresNoQueueWorkload(t *testing.T) {
+	s := newPollTimers()
 	ctx := context.Background()
 	if _, err := s.Publish(ctx, nil, 1, 1, 1); !errors.Is(err, errNotMeasured) {
 		t.Errorf("Publish: %v", err)

@@ -1,7 +1,7 @@
 // Command bench measures redq against asynq, a hand-written Redis Streams
 // loop and the classic list queue (LPUSH / RPOPLPUSH / LREM) on the same
 // Redis, workload by workload, and redq's round queue against the design it
-// replaces (the "seed round", see seedround.go).
+// replaces (the "sorted-set round", see zsetround.go).
 //
 // Usage:
 //
@@ -21,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -71,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.n, "n", 100_000, "base workload size; every workload scales with it (1M queued = 10n)")
 	fs.IntVar(&c.reps, "reps", 5, "repetitions of every workload and system")
 	fs.StringVar(&only, "only", "", "comma-separated workload name prefixes to run (e.g. e2e,idle); default all")
-	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list,rimer); default all")
+	fs.StringVar(&systems, "systems", "", "comma-separated systems to run (redq,asynq,streams,list,poll-timers); default all")
 	fs.StringVar(&c.out, "out", "results", "directory for results.json, results.md and chart.svg/.png")
 	fs.IntVar(&c.idleSamples, "idle-samples", 200, "deliveries per idle pickup run")
 	fs.IntVar(&c.steadyRate, "rate", 5000, "offered deliveries per second in e2e/steady")
@@ -122,8 +123,8 @@ func allSystems() []system {
 		newAsynq(10 * time.Millisecond),
 		newStreams(),
 		newList(),
-		newSeedRound(),
-		newRimer(),
+		newZsetRound(),
+		newPollTimers(),
 	}
 }
 
@@ -217,7 +218,7 @@ func measure(ctx context.Context, cfg config, e *env, chosen []workload, systems
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
-	defer bar.Close()
+	defer func() { _ = bar.Close() }() // the progress bar on the terminal
 
 	failed := 0
 	for _, w := range chosen {
@@ -363,7 +364,7 @@ func startProfile(path string) (stop func() error, err error) {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		_ = f.Close() // the profiler's error is the one to report
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	return func() error {
@@ -381,7 +382,7 @@ func cpuModel() string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -396,12 +397,9 @@ func writeOutputs(dir string, rep *report) error {
 	if err := writeJSON(dir, rep); err != nil {
 		return err
 	}
-	f, err := os.Create(dir + "/results.md")
-	if err != nil {
-		return fmt.Errorf("write results.md: %w", err)
-	}
-	printMarkdown(f, rep)
-	if err := f.Close(); err != nil {
+	var md bytes.Buffer
+	printMarkdown(&md, rep)
+	if err := os.WriteFile(dir+"/results.md", md.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results.md: %w", err)
 	}
 	if err := writeChart(dir, rep); err != nil {

@@ -191,6 +191,23 @@ func (r *redqRun) close() error {
 	return r.err()
 }
 
+// closeRun closes r when a measurement returns and keeps the first
+// failure: *errp, or else what closing found (a background error the run
+// reported late).
+func closeRun(r *redqRun, errp *error) {
+	if err := r.close(); *errp == nil {
+		*errp = err
+	}
+}
+
+// stopCrew stops crew when a measurement returns and keeps the first
+// failure: *errp, or else the crew's.
+func stopCrew(crew *baseCrew, errp *error) {
+	if err := crew.stop(); *errp == nil {
+		*errp = err
+	}
+}
+
 // wait waits until tl has seen everything, the run fails, ctx ends or
 // limit passes, and returns the failure or tally's verdict.
 func (r *redqRun) wait(ctx context.Context, tl *tally, limit time.Duration) error {
@@ -320,10 +337,10 @@ func expectRedqCounts(ctx context.Context, conn redq.Connection, want redqCounts
 // Publish publishes n payloads from goroutines goroutines, perCall
 // payloads per PublishBytes call, and returns the elapsed time. The
 // queue is checked to hold exactly n ready deliveries afterwards.
-func (s *redqSystem) Publish(ctx context.Context, e *env, n, goroutines, perCall int) (time.Duration, error) {
+func (s *redqSystem) Publish(ctx context.Context, e *env, n, goroutines, perCall int) (_ time.Duration, err error) {
 	goroutines, perCall = max(goroutines, 1), max(perCall, 1)
 	r := s.open(e, goroutines)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
@@ -363,9 +380,9 @@ func (s *redqSystem) EndToEnd(ctx context.Context, e *env, cfg e2eConfig) (time.
 // publish payloads 0..cfg.N-1 through conn into q (queue redqQueue). what
 // names the run in errors.
 func (s *redqSystem) endToEnd(ctx context.Context, e *env, cfg e2eConfig, what string,
-	fill func(ctx context.Context, conn redq.Connection, q redq.Queue) error) (time.Duration, error) {
+	fill func(ctx context.Context, conn redq.Connection, q redq.Queue) error) (_ time.Duration, err error) {
 	r := s.open(e, cfg.Consumers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
@@ -426,9 +443,9 @@ func (r *redqRun) settledWith(ctx context.Context, conn redq.Connection, want re
 // publishes one payload per PublishBytes call at cfg.Rate, then waits up
 // to cfg.DrainLimit for the rest. A delivery's latency is taken right
 // after its Ack returned, from the publish time in its payload.
-func (s *redqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (steadyResult, error) {
+func (s *redqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (_ steadyResult, err error) {
 	r := s.open(e, cfg.Producers+cfg.Consumers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
@@ -474,9 +491,9 @@ type redqPickup struct {
 // waits for the consumer to receive it. The latency is from just before
 // the publish call to the consumer's receipt (the consumer acks after
 // noting the time). Two warm-up deliveries come first and are not counted.
-func (s *redqSystem) Idle(ctx context.Context, e *env, samples int, gap time.Duration) ([]time.Duration, error) {
+func (s *redqSystem) Idle(ctx context.Context, e *env, samples int, gap time.Duration) (_ []time.Duration, err error) {
 	r := s.open(e, 1)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
@@ -594,12 +611,12 @@ func (rs *redqSeqs) check() (int, error) {
 // acked, and stops consuming. A few more than k may be acked meanwhile;
 // afterwards the queue must hold exactly depth minus those acked, and no
 // payload may have been acked twice.
-func (s *redqSystem) Queued(ctx context.Context, e *env, depth, k int) (time.Duration, error) {
+func (s *redqSystem) Queued(ctx context.Context, e *env, depth, k int) (_ time.Duration, err error) {
 	if k > depth {
 		return 0, fmt.Errorf("queued: k %d exceeds depth %d", k, depth)
 	}
 	r := s.open(e, redqWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("queued: %w", err)
@@ -720,9 +737,9 @@ func (h *redqHold) perAck() (time.Duration, error) {
 // from the last held delivery taken to the last other acked, divided by
 // the others acked in that time. The held ones are then acked (untimed,
 // redqChunk per Deliveries.Ack call) and everything is checked.
-func (s *redqSystem) Unacked(ctx context.Context, e *env, held, k int) (time.Duration, error) {
+func (s *redqSystem) Unacked(ctx context.Context, e *env, held, k int) (_ time.Duration, err error) {
 	r := s.open(e, redqWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("unacked: %w", err)
@@ -810,9 +827,9 @@ func ackHeld(kept []redq.Message, tl *tally) error {
 // then times one connection consuming all of them, each queue with
 // StartConsuming(100, poll) and one acking consumer, until every delivery
 // is acked.
-func (s *redqSystem) ManyQueues(ctx context.Context, e *env, queues, perQueue int) (time.Duration, error) {
+func (s *redqSystem) ManyQueues(ctx context.Context, e *env, queues, perQueue int) (_ time.Duration, err error) {
 	r := s.open(e, queues)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, first, err := r.connect(ctx, redqManyName(0))
 	if err != nil {
 		return 0, fmt.Errorf("many queues: %w", err)
@@ -855,9 +872,9 @@ func redqManyName(i int) string { return fmt.Sprintf("%s-%d", redqQueue, i) }
 // deliveries stay behind, its heartbeat is deleted). It then times one
 // Cleaner.CleanContext from a second connection B and checks that it
 // returned n and that the queue holds n ready deliveries again.
-func (s *redqSystem) Recover(ctx context.Context, e *env, n int) (time.Duration, error) {
+func (s *redqSystem) Recover(ctx context.Context, e *env, n int) (_ time.Duration, err error) {
 	r := s.open(e, 1)
-	defer r.close()
+	defer closeRun(r, &err)
 	connA, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
@@ -902,12 +919,12 @@ func (s *redqSystem) Recover(ctx context.Context, e *env, n int) (time.Duration,
 // delivery. One payload is published first, uncounted, so that the list
 // and the publish path exist, and the client's connections are opened
 // before the first reading.
-func (s *redqSystem) Memory(ctx context.Context, e *env, n int) (float64, error) {
+func (s *redqSystem) Memory(ctx context.Context, e *env, n int) (_ float64, err error) {
 	if n <= 0 {
 		return 0, fmt.Errorf("memory: n %d must be positive", n)
 	}
 	r := s.open(e, 1)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("memory: %w", err)

@@ -93,14 +93,14 @@ func (s *redqSystem) Upserts(ctx context.Context, e *env, cfg upsertConfig) (ups
 
 // upserts is Upserts with each call made through wrap(the real call)
 // when wrap is not nil.
-func (s *redqSystem) upserts(ctx context.Context, e *env, cfg upsertConfig, wrap func(upsertCall) upsertCall) (upsertResult, error) {
+func (s *redqSystem) upserts(ctx context.Context, e *env, cfg upsertConfig, wrap func(upsertCall) upsertCall) (_ upsertResult, err error) {
 	g := max(cfg.Goroutines, 1)
 	cfg.Goroutines = g
 	if cfg.Keys < 1 || cfg.Upserts < 1 {
 		return upsertResult{}, fmt.Errorf("upserts: keys %d and upserts %d must be positive", cfg.Keys, cfg.Upserts)
 	}
 	r := s.open(e, g)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return upsertResult{}, fmt.Errorf("upserts: %w", err)
@@ -209,12 +209,12 @@ func checkUpserts(ctx context.Context, conn redq.Connection, q redq.Queue, plan 
 // goroutines after one warm-up upsert, and returns Redis's used_memory
 // growth over them divided by n. The queue must then hold n+1 pending
 // items and nothing else.
-func (s *redqSystem) KeyedMemory(ctx context.Context, e *env, n int) (float64, error) {
+func (s *redqSystem) KeyedMemory(ctx context.Context, e *env, n int) (_ float64, err error) {
 	if n <= 0 {
 		return 0, fmt.Errorf("keyed memory: n %d must be positive", n)
 	}
 	r := s.open(e, redqFillWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("keyed memory: %w", err)
@@ -305,7 +305,10 @@ func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally) {
 	crew.run(n, func(ctx context.Context, i int) error {
 		ts := sets[i%len(sets)]
 		for {
-			f, err := ts.Next(ctx)
+			f, err := ts.Next(ctx, time.Second)
+			if errors.Is(err, redq.ErrorTimeout) {
+				continue
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -329,10 +332,10 @@ func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally) {
 // has returned those fires, which the live consumers handle. The run ends
 // when every timer was handled and the timer set shows nothing pending
 // and nothing firing.
-func (s *redqSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fireTally, error) {
+func (s *redqSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (_ *fireTally, err error) {
 	pairs := max(cfg.Pairs, 1)
 	r := s.open(e, cfg.Consumers+redqTimerFillWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, ts, err := r.connectTimers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("timers: %w", err)
@@ -357,7 +360,7 @@ func (s *redqSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*
 	}
 	tl := newFireTally(cfg.N)
 	crew := newBaseCrew(ctx)
-	defer crew.stop()
+	defer stopCrew(crew, &err)
 	fireConsumers(crew, cfg.Consumers, sets, tl)
 	if cfg.VictimTakes > 0 {
 		until := timerDue(cfg, base, cfg.N-1).Add(time.Second)
@@ -405,8 +408,8 @@ func (s *redqSystem) victim(ctx context.Context, e *env, r *redqRun, conn redq.C
 	taken := 0
 	tctx, cancel := context.WithDeadline(ctx, until)
 	for taken < n {
-		if _, err := vts.Next(tctx); err != nil {
-			if tctx.Err() != nil && ctx.Err() == nil {
+		if _, err := vts.Next(tctx, time.Until(until)+time.Second); err != nil {
+			if (tctx.Err() != nil || errors.Is(err, redq.ErrorTimeout)) && ctx.Err() == nil {
 				break
 			}
 			cancel()
@@ -468,9 +471,9 @@ func (r *redqRun) timersSettled(ctx context.Context, conn redq.Connection) error
 // ahead, see calibratedLead), waits until it has passed and
 // timerBurstMargin more, then times consumers consumers (see
 // fireConsumers) from their start until every fire was handled.
-func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error) {
+func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (_ time.Duration, err error) {
 	r := s.open(e, consumers+redqTimerFillWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, ts, err := r.connectTimers(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("burst: %w", err)
@@ -488,7 +491,7 @@ func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (
 	}
 	tl := newFireTally(n)
 	crew := newBaseCrew(ctx)
-	defer crew.stop()
+	defer stopCrew(crew, &err)
 	start := time.Now()
 	fireConsumers(crew, consumers, []redq.Timers{ts}, tl)
 	if err := baseAwait(ctx, tl.Done(), crew, redqLimit(n), func() error { return tl.counts().exact() }); err != nil {

@@ -28,13 +28,13 @@ func (s *redqSystem) OpenRound(ctx context.Context, e *env, period, ttl time.Dur
 	r := s.open(e, roundWorkers+roundFillers)
 	conn, err := redq.Open(ctx, "bench", r.rdb, r.errs, redq.WithNamespace(r.ns))
 	if err != nil {
-		r.close()
+		_ = r.close() // the open error says what went wrong
 		return nil, fmt.Errorf("redq: open connection: %w", err)
 	}
 	r.conns = append(r.conns, conn)
 	round, err := conn.OpenRound(redqRoundName, period, redq.RoundTTL(ttl))
 	if err != nil {
-		r.close()
+		_ = r.close() // the open error says what went wrong
 		return nil, fmt.Errorf("redq: open round: %w", err)
 	}
 	return &redqRound{run: r, conn: conn, round: round}, nil
@@ -65,7 +65,7 @@ func (r *redqRound) Next(ctx context.Context, max int, wait time.Duration) ([]ha
 		it, err = r.round.Next(ctx, wait)
 		items = []redq.RoundItem{it}
 	} else {
-		items, err = r.round.NextBatch(ctx, max, wait)
+		items, err = r.round.NextBatch(ctx, int64(max), wait)
 	}
 	if errors.Is(err, redq.ErrorTimeout) {
 		return nil, nil

@@ -50,9 +50,9 @@ func redqLeaseTTR(n int) time.Duration {
 // (redq judges due times by Redis's clock; both run on one machine here).
 // A consumer notes the time it received a delivery before acking it; the
 // result is that time minus the due time, per delivery.
-func (s *redqSystem) Lateness(ctx context.Context, e *env, cfg latenessConfig) ([]time.Duration, error) {
+func (s *redqSystem) Lateness(ctx context.Context, e *env, cfg latenessConfig) (_ []time.Duration, err error) {
 	r := s.open(e, cfg.Consumers+cfg.Publishers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return nil, fmt.Errorf("lateness: %w", err)
@@ -152,9 +152,9 @@ func fillHalfDelayed(ctx context.Context, conn redq.Connection, q redq.Queue, n,
 // numbers from k on, so
 // the tally fails the run if one of them is consumed; afterwards the queue
 // must hold the delayed ones and nothing else.
-func (s *redqSystem) PrefetchDelayed(ctx context.Context, e *env, delayed, k int) (time.Duration, error) {
+func (s *redqSystem) PrefetchDelayed(ctx context.Context, e *env, delayed, k int) (_ time.Duration, err error) {
 	r := s.open(e, redqWorkers+redqFillWorkers)
-	defer r.close()
+	defer closeRun(r, &err)
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("prefetch: %w", err)
@@ -203,9 +203,9 @@ func (s *redqSystem) PrefetchDelayed(ctx context.Context, e *env, delayed, k int
 // hold n ready and nothing unacked; a late Ack of one of A's deliveries
 // must fail with ErrorLeaseLost; and draining the queue must give back
 // every payload exactly once.
-func (s *redqSystem) ExpiredLeases(ctx context.Context, e *env, n int) (time.Duration, error) {
+func (s *redqSystem) ExpiredLeases(ctx context.Context, e *env, n int) (_ time.Duration, err error) {
 	r := s.open(e, 1)
-	defer r.close()
+	defer closeRun(r, &err)
 	connA, _, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		return 0, fmt.Errorf("leases: %w", err)

@@ -141,7 +141,11 @@ func TestRedqHalfDelayed(t *testing.T) {
 func TestFillHalfDelayedSplitsTheQueue(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	r := newRedq(time.Second).(*redqSystem).open(e, 4)
-	defer r.close()
+	defer func() {
+		if err := r.close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +163,11 @@ func TestFillHalfDelayedSplitsTheQueue(t *testing.T) {
 func TestExpectRedqCountsSeesDelayed(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	r := newRedq(time.Second).(*redqSystem).open(e, 1)
-	defer r.close()
+	defer func() {
+		if err := r.close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	conn, q, err := r.connect(ctx, redqQueue)
 	if err != nil {
 		t.Fatal(err)

@@ -15,13 +15,13 @@ import (
 
 // The round workloads compare redq's Round with a baseline
 // written from the design it replaces, the timestamp round queue (see
-// seedround.go), on the same measurements: hand-outs per second one at a
+// zsetround.go), on the same measurements: hand-outs per second one at a
 // time and 100 per call, duplicates within a period, fairness, freshness
 // lag, and removing expired items. Both sides run the same worker code
 // (below) over a benchRound; only the round behind it differs.
 
-// rounder is a system that offers a round queue. redq and the seed
-// baseline implement it; any other system given a round workload reports
+// rounder is a system that offers a round queue. redq and the sorted-set
+// round baseline implement it; any other system given a round workload reports
 // errNotMeasured.
 type rounder interface {
 	// OpenRound opens a fresh, empty round with period and ttl (0: none)
@@ -117,11 +117,11 @@ func steadyPeriod(n, rate int) time.Duration {
 	return max(roundMinPeriod, time.Duration(float64(n)/float64(rate)*float64(time.Second)).Round(time.Millisecond))
 }
 
-// roundWorkloads returns the round workloads, for redq and the seed
-// baseline.
+// roundWorkloads returns the round workloads, for redq and the sorted-set
+// round baseline.
 func roundWorkloads(z sizes, rate int) []workload {
 	rs := newRoundSizes(z, rate)
-	systems := []string{"redq", seedRoundName}
+	systems := []string{"redq", zsetRoundName}
 	rateMetric := metric{"rate", "hand-outs/s", higherIsBetter}
 	batchMetric := metric{"rate, batch 100", "hand-outs/s", higherIsBetter}
 	// A repeat within the period is a duplicate; rates count items, not
@@ -214,7 +214,7 @@ func roundHandOut(ctx context.Context, e *env, r rounder, n, k int) (handOutResu
 	if err != nil {
 		return res, err
 	}
-	defer br.Close()
+	defer func() { _ = br.Close() }() // the measurement is taken; closing changes nothing
 	if err := br.Fill(ctx, 0, n, e.payloadSize); err != nil {
 		return res, fmt.Errorf("fill: %w", err)
 	}
@@ -336,7 +336,7 @@ func roundSteady(ctx context.Context, e *env, r rounder, n int, period time.Dura
 	if err != nil {
 		return steadyRoundResult{}, err
 	}
-	defer br.Close()
+	defer func() { _ = br.Close() }() // the measurement is taken; closing changes nothing
 	runFor := time.Duration(roundSteadyPeriods+1)*period + period/10
 	start := time.Now()
 	end := start.Add(runFor)
@@ -471,7 +471,7 @@ func roundExpire(ctx context.Context, e *env, r rounder, n int) (time.Duration, 
 	if err != nil {
 		return 0, 0, err
 	}
-	defer br.Close()
+	defer func() { _ = br.Close() }() // the measurement is taken; closing changes nothing
 	start := time.Now()
 	if err := br.Fill(ctx, 0, n, e.payloadSize); err != nil {
 		return 0, 0, fmt.Errorf("fill: %w", err)
@@ -490,7 +490,7 @@ func roundExpire(ctx context.Context, e *env, r rounder, n int) (time.Duration, 
 	// collector does not slow the pings of one system and not the other's.
 	runtime.GC()
 	pinger := e.newClient(1)
-	defer pinger.Close()
+	defer func() { _ = pinger.Close() }() // a probe client
 	stop := make(chan struct{})
 	longest := make(chan time.Duration, 1)
 	go func() { longest <- pingUntil(ctx, pinger, stop) }()
@@ -520,7 +520,7 @@ func expireTTL(ctx context.Context, e *env, r rounder, n int) (time.Duration, er
 	if err != nil {
 		return 0, err
 	}
-	defer br.Close()
+	defer func() { _ = br.Close() }() // the measurement is taken; closing changes nothing
 	start := time.Now()
 	if err := br.Fill(ctx, 0, probe, e.payloadSize); err != nil {
 		return 0, fmt.Errorf("probe fill: %w", err)

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The round workloads exist for redq and the seed baseline, at 10k and 1M
+// The round workloads exist for redq and the sorted-set round baseline, at 10k and 1M
 // items by the default -n; the baseline takes part in nothing else.
 func TestRoundWorkloads(t *testing.T) {
 	z := sizes{100_000}
@@ -23,7 +23,7 @@ func TestRoundWorkloads(t *testing.T) {
 			continue
 		}
 		for _, s := range allSystems() {
-			if got, want := w.takesPart(s.Name()), s.Name() == "redq" || s.Name() == seedRoundName; got != want {
+			if got, want := w.takesPart(s.Name()), s.Name() == "redq" || s.Name() == zsetRoundName; got != want {
 				t.Errorf("%s: takesPart(%q) = %v, want %v", name, s.Name(), got, want)
 			}
 		}
@@ -38,13 +38,13 @@ func TestRoundWorkloads(t *testing.T) {
 		t.Errorf("steady-10k: %s", w.about)
 	}
 	for _, w := range append(workloads(z, 200, 5000), schedWorkloads(z)...) {
-		if w.takesPart(seedRoundName) {
+		if w.takesPart(zsetRoundName) {
 			t.Errorf("the round baseline takes part in %s", w.name)
 		}
 	}
 	for _, m := range []func() (time.Duration, error){
-		func() (time.Duration, error) { return seedRoundSystem{}.Publish(context.Background(), nil, 1, 1, 1) },
-		func() (time.Duration, error) { return seedRoundSystem{}.Recover(context.Background(), nil, 1) },
+		func() (time.Duration, error) { return zsetRoundSystem{}.Publish(context.Background(), nil, 1, 1, 1) },
+		func() (time.Duration, error) { return zsetRoundSystem{}.Recover(context.Background(), nil, 1) },
 	} {
 		if _, err := m(); !errors.Is(err, errNotMeasured) {
 			t.Errorf("the round baseline measured a queue workload: %v", err)
@@ -113,7 +113,7 @@ func TestHandOutTally(t *testing.T) {
 // Both rounds hand out every item once in a hand-out run; redq never twice.
 func TestRoundHandOut(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	for _, s := range []system{newRedq(time.Second), newSeedRound()} {
+	for _, s := range []system{newRedq(time.Second), newZsetRound()} {
 		res, err := roundHandOut(ctx, e, s.(rounder), 600, 250)
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name(), err)
@@ -131,7 +131,7 @@ func TestRoundHandOut(t *testing.T) {
 // A steady run of redq has no duplicates; the baseline's is measured.
 func TestRoundSteady(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	for _, s := range []system{newRedq(time.Second), newSeedRound()} {
+	for _, s := range []system{newRedq(time.Second), newZsetRound()} {
 		res, err := roundSteady(ctx, e, s.(rounder), 100, time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name(), err)
@@ -146,7 +146,7 @@ func TestRoundSteady(t *testing.T) {
 // Both remove every expired item; the PING goes on meanwhile.
 func TestRoundExpire(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	for _, s := range []system{newRedq(time.Second), newSeedRound()} {
+	for _, s := range []system{newRedq(time.Second), newZsetRound()} {
 		took, ping, err := roundExpire(ctx, e, s.(rounder), 3000)
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name(), err)
@@ -171,7 +171,7 @@ func TestRunRoundWorkloads(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s", code, stderr.String(), stdout.String())
 	}
 	for _, want := range []string{"round/hand-out-100", "round/hand-out-1k", "round/steady-100", "round/expire-1k",
-		"rate, batch 100", "duplicates", "fairness", "p99 freshness lag", "longest PING", seedRoundName} {
+		"rate, batch 100", "duplicates", "fairness", "p99 freshness lag", "longest PING", zsetRoundName} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout.String())
 		}
@@ -184,7 +184,7 @@ func TestRoundNoLeak(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	noGoroutineLeak(t, func() {
 		t.Helper()
-		for _, s := range []system{newRedq(time.Second), newSeedRound()} {
+		for _, s := range []system{newRedq(time.Second), newZsetRound()} {
 			if _, err := roundHandOut(ctx, e, s.(rounder), 300, 100); err != nil {
 				t.Fatalf("%s: %v", s.Name(), err)
 			}

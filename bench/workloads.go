@@ -209,7 +209,7 @@ func (w workload) takesPart(name string) bool {
 		// Variants that only change idle behaviour add nothing elsewhere,
 		// the round baseline is no work queue, and the timer baseline runs
 		// only the timer workloads.
-		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != seedRoundName && name != "rimer"
+		return name != "redq (poll 30s)" && name != "asynq (check 10ms)" && name != zsetRoundName && name != "poll-timers"
 	}
 	return slices.Contains(w.systems, name)
 }

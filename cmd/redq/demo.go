@@ -160,13 +160,13 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	errChan := make(chan error, 64)
 	conn, err := redq.Open(ctx, demoTag, client, errChan, redq.WithNamespace(c.namespace))
 	if err != nil {
-		client.Close()
+		_ = client.Close() // the open error is what the user needs
 		if errors.Is(err, redq.ErrorInvalidArgument) {
 			return usageError{err}
 		}
 		return fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	// Deferred after the client's Close and before stopConsuming: it runs
 	// once the connection stopped, with the client still open.
 	defer cleanup()
@@ -187,7 +187,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 			return err
 		}
 		shutdownSrv = sync.OnceValue(srv.Shutdown)
-		defer shutdownSrv() // for early returns
+		defer func() { _ = shutdownSrv() }() // for early returns; the normal path checks its error
 		out.Logf("redq demo: stats page on %s", srv.URL())
 	}
 

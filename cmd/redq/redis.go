@@ -123,7 +123,7 @@ func (f *redisFlags) open(ctx context.Context, tag string, errChan chan<- error)
 func openClient(ctx context.Context, client *redis.Client, tag, namespace string, errChan chan<- error) (redq.Connection, func(), error) {
 	conn, err := redq.Open(ctx, tag, client, errChan, redq.WithNamespace(namespace))
 	if err != nil {
-		client.Close()
+		_ = client.Close() // the open error is what the user needs
 		if errors.Is(err, redq.ErrorInvalidArgument) {
 			return nil, nil, usageError{err}
 		}
@@ -131,7 +131,7 @@ func openClient(ctx context.Context, client *redis.Client, tag, namespace string
 	}
 	return conn, func() {
 		<-conn.StopAllConsuming()
-		client.Close()
+		_ = client.Close() // at exit, after the connection stopped
 	}, nil
 }
 

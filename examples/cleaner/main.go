@@ -69,7 +69,11 @@ func run(ctx context.Context, redisURL string, interval time.Duration) error {
 		}
 		client = redis.NewClient(opts)
 	}
-	defer client.Close()
+	defer func() {
+		if err := client.Close(); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	conn, err := redq.OpenConnectionWithRedisClient("cleaner", client, nil, redq.WithNamespace(namespace))
 	if err != nil {

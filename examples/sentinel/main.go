@@ -79,7 +79,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		MasterName:    cfg.master,
 		SentinelAddrs: cfg.sentinels,
 	})
-	defer client.Close()
+	defer func() {
+		if err := client.Close(); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// Background errors (heartbeats and fetches that failed while the
 	// master was away) come with a consecutive count; the connection

@@ -89,7 +89,10 @@ func run(ctx context.Context, redisURL string, out io.Writer) error {
 		go func() {
 			defer wg.Done()
 			for {
-				f, err := timers.Next(wctx)
+				f, err := timers.Next(wctx, time.Second)
+				if errors.Is(err, redq.ErrorTimeout) {
+					continue
+				}
 				if errors.Is(err, context.Canceled) {
 					return
 				}
@@ -121,7 +124,7 @@ func run(ctx context.Context, redisURL string, out io.Writer) error {
 	if err := timers.Set(ctx, "invoice-5", 0); err != nil {
 		return err
 	}
-	f, err := timers.Next(ctx)
+	f, err := timers.Next(ctx, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -137,7 +140,7 @@ func run(ctx context.Context, redisURL string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "set %s again while it fired: still pending after the old fire's ack (due in %s)\n",
 		f.Key(), lateness(time.Until(due)))
-	f, err = timers.Next(ctx)
+	f, err = timers.Next(ctx, 5*time.Second)
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,7 @@ func (w *ackWatch) read(path string, last *time.Duration) {
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	if _, err := f.Seek(w.offsets[path], io.SeekStart); err != nil {
 		return
 	}
@@ -405,7 +405,7 @@ func waitPromoted(ctx context.Context, replicas []string, t0 time.Time) time.Dur
 func nodeInfo(ctx context.Context, addr, section string) (string, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second})
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a one-off probe client
 	return c.Info(ctx, section).Result()
 }
 

@@ -363,7 +363,7 @@ func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 	} else {
 		s.client = redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
 	}
-	defer s.client.Close()
+	defer func() { _ = s.client.Close() }() // at exit; the run was judged already
 	runCtx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
 	s.abort = abort
@@ -661,7 +661,7 @@ func (s *soak) progressLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	lastPrint := time.Now()
-	counts := "no stats yet"
+	var counts string
 	for {
 		select {
 		case <-ctx.Done():

@@ -138,7 +138,7 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	} else {
 		client = redis.NewClient(&redis.Options{Addr: c.addr})
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }() // at exit; the worker reported its work already
 	errs := make(chan error, 1024)
 	var conn redq.Connection
 	// Redis may be down for a moment (the soak restarts it): keep trying.

@@ -80,7 +80,7 @@ func (consumer *Consumer) Consume(delivery redq.Delivery) {
 
 	consumer.count++
 	if consumer.count%reportBatchSize == 0 {
-		duration := time.Now().Sub(consumer.before)
+		duration := time.Since(consumer.before)
 		consumer.before = time.Now()
 		perSecond := time.Second / (duration / reportBatchSize)
 		log.Printf("%s consumed %d %s %d", consumer.name, consumer.count, payload, perSecond)

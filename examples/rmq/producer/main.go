@@ -36,7 +36,7 @@ func main() {
 		}
 
 		if i%batchSize == 0 {
-			duration := time.Now().Sub(before)
+			duration := time.Since(before)
 			before = time.Now()
 			perSecond := time.Second / (duration / batchSize)
 			log.Printf("produced %d %s %d", i, delivery, perSecond)

@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The rimer-style baseline: event timers as the "rimer" design builds them
+// The keyspace-poll timers baseline: event timers as a common design builds them
+// with one expiring key per timer and a poller
 // (our own code, from its description), to run side by side with redq's
 // Timers.
 //
@@ -31,32 +32,32 @@ import (
 // by a consumer that dies is gone.
 
 const (
-	// rimerScanCount is the COUNT of each SCAN of a poll, and how many keys
+	// pollTimersScanCount is the COUNT of each SCAN of a poll, and how many keys
 	// one pipelined LPUSH / SREM pair or one fill round trip carries.
-	rimerScanCount = 1000
-	// rimerBlock is the BRPOP timeout of a waiting consumer (1 s is the
+	pollTimersScanCount = 1000
+	// pollTimersBlock is the BRPOP timeout of a waiting consumer (1 s is the
 	// smallest go-redis sends).
-	rimerBlock = time.Second
-	// rimerFillWorkers create timers in parallel when a run fills.
-	rimerFillWorkers = 4
-	// rimerSettleCheck is how often a run looks whether the baseline has
+	pollTimersBlock = time.Second
+	// pollTimersFillWorkers create timers in parallel when a run fills.
+	pollTimersFillWorkers = 4
+	// pollTimersSettleCheck is how often a run looks whether the baseline has
 	// fired and delivered everything.
-	rimerSettleCheck = 50 * time.Millisecond
+	pollTimersSettleCheck = 50 * time.Millisecond
 )
 
-// rimerSystem runs the timer workloads on the baseline and nothing else.
-type rimerSystem struct{ unmeasured }
+// pollTimersSystem runs the timer workloads on the baseline and nothing else.
+type pollTimersSystem struct{ unmeasured }
 
-// newRimer returns the rimer-style baseline.
-func newRimer() system { return rimerSystem{} }
+// newPollTimers returns the keyspace-poll timers baseline.
+func newPollTimers() system { return pollTimersSystem{} }
 
-// Name returns "rimer".
-func (rimerSystem) Name() string { return "rimer" }
+// Name returns "poll-timers".
+func (pollTimersSystem) Name() string { return "poll-timers" }
 
-var _ timerSystem = rimerSystem{}
+var _ timerSystem = pollTimersSystem{}
 
-// rimer is one namespace of baseline timers.
-type rimer struct {
+// pollTimers is one namespace of baseline timers.
+type pollTimers struct {
 	rdb    *redis.Client
 	prefix string // timers:<ns>
 	// afterDiff, when set (tests only), is called by each poll between its
@@ -65,20 +66,20 @@ type rimer struct {
 	afterDiff func()
 }
 
-// newRimerNS returns a namespace of timers on rdb that no earlier run used.
-func newRimerNS(rdb *redis.Client) *rimer {
-	ns := strings.TrimPrefix(baseKeyPrefix("rimer"), "redq-bench:")
-	return &rimer{rdb: rdb, prefix: "timers:" + strings.ReplaceAll(ns, ":", "-")}
+// newPollTimersNS returns a namespace of timers on rdb that no earlier run used.
+func newPollTimersNS(rdb *redis.Client) *pollTimers {
+	ns := strings.TrimPrefix(baseKeyPrefix("poll-timers"), "redq-bench:")
+	return &pollTimers{rdb: rdb, prefix: "timers:" + strings.ReplaceAll(ns, ":", "-")}
 }
 
-func (t *rimer) timerKey(key string) string { return t.prefix + ":timer:" + key }
-func (t *rimer) registered() string         { return t.prefix + ":registered" }
-func (t *rimer) queue() string              { return t.prefix + ":queue" }
+func (t *pollTimers) timerKey(key string) string { return t.prefix + ":timer:" + key }
+func (t *pollTimers) registered() string         { return t.prefix + ":registered" }
+func (t *pollTimers) queue() string              { return t.prefix + ":queue" }
 
 // createMany creates the timers keys[i], each expiring after afters[i]
 // (whole ms, at least 1), in one round trip: per timer SET PX and SADD,
 // as Create does, all in one MULTI.
-func (t *rimer) createMany(ctx context.Context, keys []string, afters []time.Duration) error {
+func (t *pollTimers) createMany(ctx context.Context, keys []string, afters []time.Duration) error {
 	_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			p.Set(ctx, t.timerKey(k), "1", max(afters[i], time.Millisecond))
@@ -87,21 +88,21 @@ func (t *rimer) createMany(ctx context.Context, keys []string, afters []time.Dur
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("rimer: create %d timers: %w", len(keys), err)
+		return fmt.Errorf("pollTimers: create %d timers: %w", len(keys), err)
 	}
 	return nil
 }
 
 // poll fires the timers whose key expired and returns how many it pushed.
-func (t *rimer) poll(ctx context.Context) (int, error) {
+func (t *pollTimers) poll(ctx context.Context) (int, error) {
 	tmp := t.prefix + ":_registered_" + strconv.FormatUint(rand.Uint64(), 10)
 	defer t.rdb.Del(context.WithoutCancel(ctx), tmp)
 	var cursor uint64
 	timerPrefix := t.timerKey("")
 	for {
-		keys, next, err := t.rdb.Scan(ctx, cursor, timerPrefix+"*", rimerScanCount).Result()
+		keys, next, err := t.rdb.Scan(ctx, cursor, timerPrefix+"*", pollTimersScanCount).Result()
 		if err != nil {
-			return 0, fmt.Errorf("rimer: poll: SCAN: %w", err)
+			return 0, fmt.Errorf("pollTimers: poll: SCAN: %w", err)
 		}
 		if len(keys) > 0 {
 			live := make([]any, len(keys))
@@ -109,7 +110,7 @@ func (t *rimer) poll(ctx context.Context) (int, error) {
 				live[i] = strings.TrimPrefix(k, timerPrefix)
 			}
 			if err := t.rdb.SAdd(ctx, tmp, live...).Err(); err != nil {
-				return 0, fmt.Errorf("rimer: poll: SADD: %w", err)
+				return 0, fmt.Errorf("pollTimers: poll: SADD: %w", err)
 			}
 		}
 		if cursor = next; cursor == 0 {
@@ -118,13 +119,13 @@ func (t *rimer) poll(ctx context.Context) (int, error) {
 	}
 	fired, err := t.rdb.SDiff(ctx, t.registered(), tmp).Result()
 	if err != nil {
-		return 0, fmt.Errorf("rimer: poll: SDIFF: %w", err)
+		return 0, fmt.Errorf("pollTimers: poll: SDIFF: %w", err)
 	}
 	if t.afterDiff != nil {
 		t.afterDiff()
 	}
-	for from := 0; from < len(fired); from += rimerScanCount {
-		chunk := fired[from:min(from+rimerScanCount, len(fired))]
+	for from := 0; from < len(fired); from += pollTimersScanCount {
+		chunk := fired[from:min(from+pollTimersScanCount, len(fired))]
 		vals := make([]any, len(chunk))
 		for i, k := range chunk {
 			vals[i] = k
@@ -135,7 +136,7 @@ func (t *rimer) poll(ctx context.Context) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return from, fmt.Errorf("rimer: poll: push fired timers: %w", err)
+			return from, fmt.Errorf("pollTimers: poll: push fired timers: %w", err)
 		}
 	}
 	return len(fired), nil
@@ -143,20 +144,20 @@ func (t *rimer) poll(ctx context.Context) (int, error) {
 
 // next waits up to timeout for a fired timer and returns its key; "" when
 // none came.
-func (t *rimer) next(ctx context.Context, timeout time.Duration) (string, error) {
+func (t *pollTimers) next(ctx context.Context, timeout time.Duration) (string, error) {
 	kv, err := t.rdb.BRPop(ctx, timeout, t.queue()).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return "", nil
 	case err != nil:
-		return "", fmt.Errorf("rimer: BRPOP: %w", err)
+		return "", fmt.Errorf("pollTimers: BRPOP: %w", err)
 	}
 	return kv[1], nil
 }
 
 // left returns how many timers are still registered (not fired) and how
 // many fires wait in the list.
-func (t *rimer) left(ctx context.Context) (registered, queued int64, err error) {
+func (t *pollTimers) left(ctx context.Context) (registered, queued int64, err error) {
 	var sc *redis.IntCmd
 	var lc *redis.IntCmd
 	_, err = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -165,21 +166,21 @@ func (t *rimer) left(ctx context.Context) (registered, queued int64, err error) 
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("rimer: count what is left: %w", err)
+		return 0, 0, fmt.Errorf("pollTimers: count what is left: %w", err)
 	}
 	return sc.Val(), lc.Val(), nil
 }
 
-// fill creates n timers, timer i due at due(i), rimerScanCount per round
-// trip from rimerFillWorkers goroutines. Each expiry is the time to the
+// fill creates n timers, timer i due at due(i), pollTimersScanCount per round
+// trip from pollTimersFillWorkers goroutines. Each expiry is the time to the
 // due time from just before its round trip, rounded up to whole ms; the
 // due time recorded (returned) is that moment plus the expiry, by this
 // process's clock.
-func (t *rimer) fill(ctx context.Context, n int, due func(i int) time.Time) ([]time.Time, error) {
+func (t *pollTimers) fill(ctx context.Context, n int, due func(i int) time.Time) ([]time.Time, error) {
 	dues := make([]time.Time, n)
-	calls := (n + rimerScanCount - 1) / rimerScanCount
-	err := parallel(ctx, rimerFillWorkers, calls, func(ctx context.Context, c int) error {
-		lo, hi := c*rimerScanCount, min((c+1)*rimerScanCount, n)
+	calls := (n + pollTimersScanCount - 1) / pollTimersScanCount
+	err := parallel(ctx, pollTimersFillWorkers, calls, func(ctx context.Context, c int) error {
+		lo, hi := c*pollTimersScanCount, min((c+1)*pollTimersScanCount, n)
 		keys := make([]string, 0, hi-lo)
 		afters := make([]time.Duration, 0, hi-lo)
 		now := time.Now()
@@ -195,10 +196,10 @@ func (t *rimer) fill(ctx context.Context, n int, due func(i int) time.Time) ([]t
 	return dues, err
 }
 
-// rimerLead calibrates the lead of a run filling n timers on rdb (see
+// pollTimersLead calibrates the lead of a run filling n timers on rdb (see
 // calibratedLead), with throwaway timers in a namespace of their own.
-func rimerLead(ctx context.Context, rdb *redis.Client, n int) (time.Duration, error) {
-	cal := newRimerNS(rdb)
+func pollTimersLead(ctx context.Context, rdb *redis.Client, n int) (time.Duration, error) {
+	cal := newPollTimersNS(rdb)
 	far := time.Now().Add(24 * time.Hour)
 	return calibratedLead(ctx, n, func(ctx context.Context, c int) error {
 		_, err := cal.fill(ctx, c, func(int) time.Time { return far })
@@ -206,10 +207,10 @@ func rimerLead(ctx context.Context, rdb *redis.Client, n int) (time.Duration, er
 	})
 }
 
-// rimerCrew runs goroutines that stop gracefully: a stop lets each finish
+// pollTimersCrew runs goroutines that stop gracefully: a stop lets each finish
 // the command it is in (a poll, a BRPOP) rather than cancel it, so that
 // no fire is dropped by the bench itself.
-type rimerCrew struct {
+type pollTimersCrew struct {
 	stopCtx context.Context // ended by stop: the loops check it between commands
 	stopNow context.CancelFunc
 	wg      sync.WaitGroup
@@ -217,15 +218,15 @@ type rimerCrew struct {
 	err     error
 }
 
-func newRimerCrew(ctx context.Context) *rimerCrew {
-	c := &rimerCrew{}
+func newPollTimersCrew(ctx context.Context) *pollTimersCrew {
+	c := &pollTimersCrew{}
 	c.stopCtx, c.stopNow = context.WithCancel(ctx)
 	return c
 }
 
 // run starts n goroutines running loop(i); loop must return soon after
 // stopCtx ends. The first error is kept.
-func (c *rimerCrew) run(n int, loop func(i int) error) {
+func (c *pollTimersCrew) run(n int, loop func(i int) error) {
 	for i := range n {
 		c.wg.Add(1)
 		go func() {
@@ -242,14 +243,14 @@ func (c *rimerCrew) run(n int, loop func(i int) error) {
 }
 
 // firstErr returns the first error a loop returned.
-func (c *rimerCrew) firstErr() error {
+func (c *pollTimersCrew) firstErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
 // stop ends the loops, waits for them and returns the first error.
-func (c *rimerCrew) stop() error {
+func (c *pollTimersCrew) stop() error {
 	c.stopNow()
 	c.wg.Wait()
 	return c.firstErr()
@@ -257,7 +258,7 @@ func (c *rimerCrew) stop() error {
 
 // pollers starts n pollers, each polling and then pausing pause, until
 // the crew stops.
-func (t *rimer) pollers(ctx context.Context, c *rimerCrew, n int, pause time.Duration) {
+func (t *pollTimers) pollers(ctx context.Context, c *pollTimersCrew, n int, pause time.Duration) {
 	c.run(n, func(int) error {
 		for c.stopCtx.Err() == nil {
 			if _, err := t.poll(ctx); err != nil {
@@ -271,10 +272,10 @@ func (t *rimer) pollers(ctx context.Context, c *rimerCrew, n int, pause time.Dur
 
 // consumers starts n consumers that take fires with BRPOP and record each
 // in tl with the time it was received and its due time from dues.
-func (t *rimer) consumers(ctx context.Context, c *rimerCrew, n int, tl *fireTally, dues []time.Time) {
+func (t *pollTimers) consumers(ctx context.Context, c *pollTimersCrew, n int, tl *fireTally, dues []time.Time) {
 	c.run(n, func(int) error {
 		for c.stopCtx.Err() == nil {
-			key, err := t.next(ctx, rimerBlock)
+			key, err := t.next(ctx, pollTimersBlock)
 			if err != nil {
 				return err
 			}
@@ -298,12 +299,12 @@ func (t *rimer) consumers(ctx context.Context, c *rimerCrew, n int, tl *fireTall
 // pollers, started together. Once every timer has been pushed (the
 // registered set is empty) the pollers stop after their current poll;
 // once the list is empty too the consumers stop.
-func (rimerSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fireTally, error) {
-	rdb := e.newClient(cfg.Consumers + cfg.Pairs + rimerFillWorkers + 4)
-	defer rdb.Close()
-	t := newRimerNS(rdb)
+func (pollTimersSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fireTally, error) {
+	rdb := e.newClient(cfg.Consumers + cfg.Pairs + pollTimersFillWorkers + 4)
+	defer func() { _ = rdb.Close() }() // the measurement is taken; closing changes nothing
+	t := newPollTimersNS(rdb)
 	var err error
-	if cfg.Lead, err = rimerLead(ctx, rdb, cfg.N); err != nil {
+	if cfg.Lead, err = pollTimersLead(ctx, rdb, cfg.N); err != nil {
 		return nil, fmt.Errorf("timers: %w", err)
 	}
 	base := time.Now()
@@ -315,12 +316,12 @@ func (rimerSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fi
 		return nil, fmt.Errorf("timers fill: setting %d timers took %s, longer than the lead %s", cfg.N, took, cfg.Lead)
 	}
 	tl := newFireTally(cfg.N)
-	consumers := newRimerCrew(ctx)
+	consumers := newPollTimersCrew(ctx)
 	t.consumers(ctx, consumers, cfg.Consumers, tl, dues)
 	if cfg.VictimTakes > 0 {
 		consumers.run(1, func(int) error {
 			for taken := 0; taken < cfg.VictimTakes && consumers.stopCtx.Err() == nil; {
-				key, err := t.next(ctx, rimerBlock)
+				key, err := t.next(ctx, pollTimersBlock)
 				if err != nil {
 					return err
 				}
@@ -331,10 +332,10 @@ func (rimerSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fi
 			return nil
 		})
 	}
-	pollers := newRimerCrew(ctx)
+	pollers := newPollTimersCrew(ctx)
 	t.pollers(ctx, pollers, max(cfg.Pairs, 1), cfg.Poll)
 	last := timerDue(cfg, base, cfg.N-1)
-	err = rimerSettle(ctx, t, last.Add(cfg.Drain), func() error {
+	err = pollTimersSettle(ctx, t, last.Add(cfg.Drain), func() error {
 		if err := consumers.firstErr(); err != nil {
 			return err
 		}
@@ -349,11 +350,11 @@ func (rimerSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fi
 	return tl, nil
 }
 
-// rimerSettle waits until every timer has been pushed, then stops the
+// pollTimersSettle waits until every timer has been pushed, then stops the
 // pollers (stopPollers waits for their current poll), then waits until
 // the list is empty: everything pushed has been taken. It fails when
 // failed reports an error, ctx ends or deadline passes.
-func rimerSettle(ctx context.Context, t *rimer, deadline time.Time, failed func() error, stopPollers func() error) error {
+func pollTimersSettle(ctx context.Context, t *pollTimers, deadline time.Time, failed func() error, stopPollers func() error) error {
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -381,7 +382,7 @@ func rimerSettle(ctx context.Context, t *rimer, deadline time.Time, failed func(
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not settled by the deadline: %d timers not fired, %d fires not taken", registered, queued)
 		}
-		if err := sleep(ctx, rimerSettleCheck); err != nil {
+		if err := sleep(ctx, pollTimersSettleCheck); err != nil {
 			return err
 		}
 	}
@@ -393,11 +394,11 @@ func rimerSettle(ctx context.Context, t *rimer, deadline time.Time, failed func(
 // the SET, a little after the time fill reads), then times consumers
 // consumers and one poller from their start until every fire was
 // received.
-func (rimerSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error) {
-	rdb := e.newClient(consumers + rimerFillWorkers + 4)
-	defer rdb.Close()
-	t := newRimerNS(rdb)
-	lead, err := rimerLead(ctx, rdb, n)
+func (pollTimersSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error) {
+	rdb := e.newClient(consumers + pollTimersFillWorkers + 4)
+	defer func() { _ = rdb.Close() }() // the measurement is taken; closing changes nothing
+	t := newPollTimersNS(rdb)
+	lead, err := pollTimersLead(ctx, rdb, n)
 	if err != nil {
 		return 0, fmt.Errorf("burst: %w", err)
 	}
@@ -414,12 +415,12 @@ func (rimerSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (ti
 		return 0, err
 	}
 	tl := newFireTally(n)
-	crew := newRimerCrew(ctx)
-	pollers := newRimerCrew(ctx)
+	crew := newPollTimersCrew(ctx)
+	pollers := newPollTimersCrew(ctx)
 	start := time.Now()
 	t.consumers(ctx, crew, consumers, tl, dues)
-	t.pollers(ctx, pollers, 1, rimerPoll)
-	err = rimerAwait(ctx, tl, redqLimit(n), func() error {
+	t.pollers(ctx, pollers, 1, pollTimersPoll)
+	err = pollTimersAwait(ctx, tl, redqLimit(n), func() error {
 		if err := crew.firstErr(); err != nil {
 			return err
 		}
@@ -441,9 +442,9 @@ func (rimerSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (ti
 	return elapsed, nil
 }
 
-// rimerAwait waits until tl saw every timer, failed reports an error, ctx
+// pollTimersAwait waits until tl saw every timer, failed reports an error, ctx
 // ends or limit passes.
-func rimerAwait(ctx context.Context, tl *fireTally, limit time.Duration, failed func() error) error {
+func pollTimersAwait(ctx context.Context, tl *fireTally, limit time.Duration, failed func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
 		select {
@@ -462,7 +463,7 @@ func rimerAwait(ctx context.Context, tl *fireTally, limit time.Duration, failed 
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(rimerSettleCheck):
+		case <-time.After(pollTimersSettleCheck):
 		}
 	}
 }

@@ -12,11 +12,11 @@ import (
 
 // One poll after the timers expired pushes each of them once, and only
 // them: a timer not yet due stays registered, and fires at a later poll.
-func TestRimerPollFiresEveryTimer(t *testing.T) {
+func TestPollTimersPollFiresEveryTimer(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	rdb := e.newClient(4)
 	defer rdb.Close()
-	tm := newRimerNS(rdb)
+	tm := newPollTimersNS(rdb)
 	const n = 2500 // more than one SCAN page and one push chunk
 	// The timers are due a second out, far enough that the fill and the
 	// first poll end before any of them is due even on a loaded machine.
@@ -88,9 +88,9 @@ func TestRimerPollFiresEveryTimer(t *testing.T) {
 // A whole baseline run with one poller fires every timer once, about a
 // poll period late at worst; a consumer that dies after taking loses its
 // fires; two pollers started together push timers twice.
-func TestRimerFireTimers(t *testing.T) {
+func TestPollTimersFireTimers(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	s := newRimer().(rimerSystem)
+	s := newPollTimers().(pollTimersSystem)
 	cfg := timerConfig{N: 300, Spread: 500 * time.Millisecond, Consumers: 4, Pairs: 1, Poll: 200 * time.Millisecond, Drain: 10 * time.Second}
 
 	tl, err := s.FireTimers(ctx, e, cfg)
@@ -123,7 +123,7 @@ func TestRimerFireTimers(t *testing.T) {
 		t.Fatalf("FireTimers with two pollers: %v", err)
 	}
 	// Whether their polls overlap is up to timing (see
-	// TestRimerOverlappingPollsFireTwice for the overlap itself).
+	// TestPollTimersOverlappingPollsFireTwice for the overlap itself).
 	c := tl.counts()
 	t.Logf("two pollers: %s", c)
 	if c.Lost != 0 {
@@ -132,13 +132,13 @@ func TestRimerFireTimers(t *testing.T) {
 }
 
 // Two polls that overlap, both past their SDIFF before either pushed, push
-// every expired timer twice: the seed's flaw that the bench counts as
+// every expired timer twice: the design's flaw that the bench counts as
 // double fires.
-func TestRimerOverlappingPollsFireTwice(t *testing.T) {
+func TestPollTimersOverlappingPollsFireTwice(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	rdb := e.newClient(4)
 	defer rdb.Close()
-	tm := newRimerNS(rdb)
+	tm := newPollTimersNS(rdb)
 	const n = 50
 	keys, afters := make([]string, n), make([]time.Duration, n)
 	for i := range keys {
@@ -184,9 +184,9 @@ func TestRimerOverlappingPollsFireTwice(t *testing.T) {
 	}
 }
 
-func TestRimerTimerBurst(t *testing.T) {
+func TestPollTimersTimerBurst(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	d, err := newRimer().(rimerSystem).TimerBurst(ctx, e, 500, 4)
+	d, err := newPollTimers().(pollTimersSystem).TimerBurst(ctx, e, 500, 4)
 	if err != nil {
 		t.Fatalf("TimerBurst: %v", err)
 	}
@@ -195,15 +195,15 @@ func TestRimerTimerBurst(t *testing.T) {
 	}
 }
 
-// The stop of a rimer crew lets a BRPOP finish instead of cutting it off,
+// The stop of a pollTimers crew lets a BRPOP finish instead of cutting it off,
 // so the bench drops no fire itself.
-func TestRimerCrewStopsGracefully(t *testing.T) {
+func TestPollTimersCrewStopsGracefully(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
 	rdb := e.newClient(4)
 	defer rdb.Close()
-	tm := newRimerNS(rdb)
+	tm := newPollTimersNS(rdb)
 	tl := newFireTally(1)
-	crew := newRimerCrew(ctx)
+	crew := newPollTimersCrew(ctx)
 	tm.consumers(ctx, crew, 1, tl, []time.Time{time.Now()})
 	waitBlocked(t, e, 1) // the consumer waits in BRPOP
 	stopped := make(chan error, 1)
