@@ -19,12 +19,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redq/redq"
 
 	"github.com/redq/redq/internal/soak"
 )
@@ -37,18 +40,14 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	// go-redis logs every failed dial on its own; the commands report
-	// what failed once, in a line of their own.
-	redis.SetLogger(quietRedisLog{})
+	// go-redis logs every failed dial on its own; redq.RedisLogger keeps
+	// one line per kind of problem a minute (at warn), and the commands
+	// report what failed in a line of their own.
+	redis.SetLogger(redq.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
-
-// quietRedisLog drops go-redis's internal log lines.
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // command is one subcommand of redq.
 type command struct {

@@ -32,15 +32,12 @@ func serveCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer) 
 	prefix := fs.String("prefix", "", `path to serve the dashboard under, e.g. "/redq" ("" is the root)`)
 	refresh := fs.Duration("refresh", dashboard.DefaultRefresh, "page refresh interval")
 	return func(ctx context.Context, stdout, stderr io.Writer) error {
-		if rf.url == "" {
-			return usagef("--redis is required")
-		}
-		opts, err := redis.ParseURL(rf.url)
+		opts, err := rf.options()
 		if err != nil {
-			return usagef("invalid --redis URL: %w", err)
+			return err
 		}
 		client := redis.NewClient(opts)
-		defer client.Close()
+		defer func() { _ = client.Close() }() // at exit, after the server stopped
 		insp, err := redq.NewInspector(client, redq.WithNamespace(rf.namespace))
 		if err != nil {
 			if errors.Is(err, redq.ErrorInvalidArgument) {
