@@ -6,8 +6,6 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // runCommandEnv, set to 1 in the environment of this test binary, makes it
@@ -16,7 +14,7 @@ import (
 const runCommandEnv = "REDQ_TEST_RUN_COMMAND"
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietRedisLog{}) // as main does
+	routeRedisLogs() // as main does
 	if os.Getenv(runCommandEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -40,13 +40,18 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	// go-redis logs every failed dial on its own; redq.RedisLogger keeps
-	// one line per kind of problem a minute (at warn), and the commands
-	// report what failed in a line of their own.
-	redis.SetLogger(redq.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	routeRedisLogs()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// routeRedisLogs sends go-redis's own log lines, which it writes for every
+// failed dial, through redq.RedisLogger: at most one line per kind of
+// problem a minute, at warn, on stderr. The commands report what failed in
+// a line of their own.
+func routeRedisLogs() {
+	redis.SetLogger(redq.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 }
 
 // command is one subcommand of redq.
