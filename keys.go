@@ -12,7 +12,7 @@ import (
 //	{ns}:connections          set of connection names
 //	{ns}:queues               set of queue names
 //	{ns}:timers               set of timer set names (see OpenTimers)
-//	{ns}:hb:<connection>      heartbeat, expires after the heartbeat TTL
+//	{ns}:hb:<connection>      heartbeat: the TTL in ms, expiring after it
 //	{ns}:stopped:<connection> set by StopAllConsuming until a cleaner unlists
 //	                          the connection (at most a day)
 //
@@ -29,7 +29,15 @@ import (
 //	ns:{name}:leases               sorted set of take:connection by the time the
 //	                               lease of a taken delivery with a TTR ends
 //	ns:{name}:rejected             list of envelopes
-//	ns:{name}:meta                 hash: expired (count), keep_expired (0/1)
+//	ns:{name}:meta                 hash: expired (count), keep_expired (0/1),
+//	                               paused (set while the queue is paused, see
+//	                               Queue.Pause), and the counters: totals
+//	                               np, na, nr, nt and a ring of one-minute
+//	                               slots m<s>, p<s>, a<s>, r<s>, t<s> (see
+//	                               tally in scripts/lib.lua)
+//	ns:{name}:resume               list: a marker that Resume pushes to wake
+//	                               the fetches waiting while the queue was
+//	                               paused (expires after a minute)
 //	ns:{name}:consumers            hash connection -> number of consumers; a
 //	                               connection may hold unacked deliveries of the
 //	                               queue only while it has a field here

@@ -2,7 +2,10 @@ package redq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,5 +132,29 @@ func TestTestQueuePause(t *testing.T) {
 	}
 	if err := q.Resume(ctx); err != nil || q.Paused() {
 		t.Fatalf("after Resume: paused %v, err %v", q.Paused(), err)
+	}
+}
+
+// The stats show a paused queue in their text, JSON and page forms.
+func TestPauseInStats(t *testing.T) {
+	b := backend{name: "miniredis", client: realOrMini(t)}
+	ns := namespace()
+	c := openT(t, b, "c", ns)
+	q := openQueue(t, c, "p")
+	if err := q.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := mustStats(t, c, "p")
+	if !strings.Contains(s.String(), "paused") {
+		t.Fatalf("text stats without the pause:\n%s", s)
+	}
+	j, err := json.Marshal(s.QueueStats["p"])
+	if err != nil || !strings.Contains(string(j), `"paused":true`) {
+		t.Fatalf("JSON stats: %s %v", j, err)
+	}
+	rec := httptest.NewRecorder()
+	NewHandler(c).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if !strings.Contains(rec.Body.String(), `data-field="paused"`) {
+		t.Fatal("the stats page does not show the pause")
 	}
 }

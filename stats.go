@@ -156,6 +156,9 @@ func (s Stats) String() string {
 	for _, name := range s.Names() {
 		q := s.QueueStats[name]
 		fmt.Fprintf(&b, "%-30s %10d %10d %10d %10d %10d %10d %12d\n", name, q.ReadyCount, q.RejectedCount, q.DelayedCount, q.ExpiredCount, q.UnackedCount(), q.ConsumerCount(), q.ConnectionCount())
+		if q.Paused {
+			b.WriteString("  paused: no connection fetches from it until it is resumed\n")
+		}
 		if q.KeyedPending+q.KeyedRunning+q.KeyedParked > 0 {
 			fmt.Fprintf(&b, "  keyed: %d pending, %d running, %d parked\n", q.KeyedPending, q.KeyedRunning, q.KeyedParked)
 		}

@@ -172,6 +172,7 @@ type statsRoundRow struct {
 
 type statsQueueRow struct {
 	Name                              string
+	Paused                            bool
 	Ready, Rejected, Delayed, Expired int64
 	KeyedPending, KeyedRunning        int64
 	KeyedParked                       int64
@@ -209,6 +210,7 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 		qs := s.QueueStats[name]
 		row := statsQueueRow{
 			Name:         name,
+			Paused:       qs.Paused,
 			Ready:        qs.ReadyCount,
 			Rejected:     qs.RejectedCount,
 			Delayed:      qs.DelayedCount,
@@ -314,7 +316,7 @@ tr.dead { background: #ffebe9; }
 {{- range .Queues}}
 <tbody>
 <tr class="queue" data-queue="{{.Name}}">
-<th scope="row">{{.Name}}</th>
+<th scope="row">{{.Name}}{{if .Paused}} <span class="status paused" data-field="paused" title="no connection fetches from it until it is resumed">paused</span>{{end}}</th>
 <td data-field="ready">{{.Ready}}</td>
 <td data-field="rejected"{{if .Rejected}} class="nonzero-rejected"{{end}}>{{.Rejected}}</td>
 <td data-field="delayed">{{.Delayed}}</td>

@@ -20,6 +20,22 @@ local paused = 0
 if m[3] then
   paused = 1
 end
+-- the totals: what left the ring, and the ring's minutes
+local totals = {tonumber(m[4] or '0'), tonumber(m[5] or '0'), tonumber(m[6] or '0'), tonumber(m[7] or '0')}
+local fields = {}
+for s = 0, HSLOTS - 1 do
+  fields[#fields + 1] = 'p' .. s
+  fields[#fields + 1] = 'a' .. s
+  fields[#fields + 1] = 'r' .. s
+  fields[#fields + 1] = 't' .. s
+end
+local ring = redis.call('HMGET', P.meta, unpack(fields))
+for i = 1, #ring do
+  if ring[i] then
+    local c = (i - 1) % 4 + 1
+    totals[c] = totals[c] + tonumber(ring[i])
+  end
+end
 return {ready, redis.call('LLEN', P.rejected), redis.call('ZCARD', P.delayed), tonumber(m[1] or '0'),
   redis.call('HLEN', P.kpend), redis.call('HLEN', P.krun), redis.call('HLEN', P.kpark), paused,
-  tonumber(m[4] or '0'), tonumber(m[5] or '0'), tonumber(m[6] or '0'), tonumber(m[7] or '0')}
+  totals[1], totals[2], totals[3], totals[4]}

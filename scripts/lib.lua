@@ -171,12 +171,14 @@ local function push_groups(P, groups, front)
 end
 
 -- Counters of a queue, kept in its meta hash (see History in
--- inspector.go): totals n<c> since the queue was created, and a ring of
--- HSLOTS one-minute slots by Redis's clock: slot s holds the minute it
--- counts in m<s> and that minute's counts in <c><s>. A slot found holding
--- an older minute is reset before it counts, so the ring needs no
--- trimming and holds the last HSLOTS minutes at most. c is p (published),
--- a (acked), r (rejected) or t (retried: went back to ready after a take).
+-- inspector.go), by Redis's clock: a ring of HSLOTS one-minute slots, where
+-- slot s holds the minute it counts in m<s> and that minute's counts in
+-- <c><s>, and totals n<c> of the minutes that left the ring. c is p
+-- (published), a (acked), r (rejected) or t (retried: went back to ready
+-- after a take). The total of c is n<c> plus the ring's <c> counts. A slot
+-- found holding an older minute first adds its counts to the totals and
+-- starts over (once a minute at most), so the ring needs no trimming and
+-- a count costs three calls (TIME, HGET, HINCRBY).
 local HSLOTS = 64
 
 local function tally(mk, c, n, now)
@@ -185,9 +187,15 @@ local function tally(mk, c, n, now)
   end
   local minute = math.floor(now / 60000)
   local s = minute % HSLOTS
-  redis.call('HINCRBY', mk, 'n' .. c, n)
-  if redis.call('HGET', mk, 'm' .. s) ~= tostring(minute) then
-    redis.call('HSET', mk, 'm' .. s, minute, 'p' .. s, 0, 'a' .. s, 0, 'r' .. s, 0, 't' .. s, 0)
+  local ms = 'm' .. s
+  if redis.call('HGET', mk, ms) ~= tostring(minute) then
+    local old = redis.call('HMGET', mk, 'p' .. s, 'a' .. s, 'r' .. s, 't' .. s)
+    for i, k in ipairs({'np', 'na', 'nr', 'nt'}) do
+      if old[i] and old[i] ~= '0' then
+        redis.call('HINCRBY', mk, k, old[i])
+      end
+    end
+    redis.call('HSET', mk, ms, minute, 'p' .. s, 0, 'a' .. s, 0, 'r' .. s, 0, 't' .. s, 0)
   end
   redis.call('HINCRBY', mk, c .. s, n)
 end
