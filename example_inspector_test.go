@@ -33,6 +33,7 @@ func ExampleInspector() {
 	d, _ := orders.Take(ctx, time.Second)
 	_ = d.Reject()
 
+	// readme:start
 	inspector, err := redq.NewInspector(client)
 	if err != nil {
 		panic(err)
@@ -47,6 +48,7 @@ func ExampleInspector() {
 			panic(err)
 		}
 	}
+	// readme:end
 	q, _ := inspector.Queue(ctx, "orders")
 	fmt.Printf("ready %d, rejected %d, retried %d\n", q.Ready, q.Rejected, q.Retried)
 	// A second retry finds the delivery gone from rejected: nothing changes.

@@ -20,6 +20,8 @@ import (
 //
 //	<!-- snippet: ExampleName -->
 //
+// (or "<!-- snippet: dir.ExampleName -->" for an Example of the package in
+// one of snippetDirs: the dashboard and the Prometheus module)
 // and hold exactly the lines of that Example between its "// readme:start"
 // and "// readme:end" comments (its whole body when it has none), with
 // their common indentation removed. go test -run TestReadmeSnippets
@@ -31,10 +33,24 @@ var (
 	fenceOpen     = regexp.MustCompile("^(\\s*)```(\\w*)\\s*$")
 )
 
+// snippetDirs are the directories besides the root whose Examples the
+// README may cut snippets from; their tests run them (CI runs the
+// Prometheus module's tests in that module).
+var snippetDirs = []string{"dashboard", "redqprom"}
+
 func TestReadmeSnippets(t *testing.T) {
 	examples, err := loadExamples(".")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, dir := range snippetDirs {
+		more, err := loadExamples(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, ex := range more {
+			examples[dir+"."+name] = ex
+		}
 	}
 	raw, err := os.ReadFile("README.md")
 	if err != nil {
@@ -246,7 +262,7 @@ func checkSnippets(readme string, examples map[string]example) (string, []string
 		}
 		ex, ok := examples[name]
 		switch {
-		case !strings.HasPrefix(name, "Example"):
+		case !strings.HasPrefix(name[strings.LastIndex(name, ".")+1:], "Example"):
 			problems = append(problems, fmt.Sprintf("README.md:%d: snippet names %s, which is not an Example function", i+1, name))
 		case !ok:
 			problems = append(problems, fmt.Sprintf("README.md:%d: snippet names %s, which no _test.go file defines", i+1, name))

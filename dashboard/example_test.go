@@ -25,6 +25,7 @@ func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
 
+	// readme:start
 	insp, err := redq.NewInspector(client, redq.WithNamespace("shop"))
 	if err != nil {
 		log.Fatal(err)
@@ -38,6 +39,7 @@ func ExampleNew() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/admin/redq/", requireUser("ops", "s3cret", dash))
+	// readme:end
 
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

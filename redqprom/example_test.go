@@ -29,7 +29,7 @@ func Example() {
 	ctx := context.Background()
 
 	mux := http.NewServeMux() // your server's
-	// metrics: begin
+	// readme:start
 	logger := slog.Default()
 	redis.SetLogger(redq.RedisLogger(logger)) // go-redis's own lines, de-duplicated
 	observer := redqprom.NewObserver()
@@ -44,7 +44,7 @@ func Example() {
 	registry := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	registry.MustRegister(redqprom.NewCollector(inspector), observer)
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	// metrics: end
+	// readme:end
 	defer func() { <-conn.StopAllConsuming() }()
 	defer logging.Enable() // go-redis's default logger again
 
