@@ -248,7 +248,7 @@ type RoundPage struct {
 func (i *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	names, err := i.client.SMembers(ctx, i.keys.queues).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redq: list queues: %w", err)
+		return nil, errorf("redq: list queues: %w", err)
 	}
 	sort.Strings(names)
 	st, err := collectStats(ctx, i.client, i.keys, names)
@@ -279,10 +279,10 @@ func (i *Inspector) checkQueue(ctx context.Context, name string) error {
 	}
 	ok, err := i.client.SIsMember(ctx, i.keys.queues, name).Result()
 	if err != nil {
-		return fmt.Errorf("redq: queue %q: %w", name, err)
+		return errorf("redq: queue %q: %w", name, err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: no queue %q is open in namespace %q", ErrorNotFound, name, i.opts.namespace)
+		return errorf("%w: no queue %q is open in namespace %q", ErrorNotFound, name, i.opts.namespace)
 	}
 	return nil
 }
@@ -319,7 +319,7 @@ func (i *Inspector) History(ctx context.Context, queue string, since time.Durati
 	tm := pipe.Time(ctx)
 	all := pipe.HGetAll(ctx, k.meta())
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redq: history of %q: %w", queue, err)
+		return nil, errorf("redq: history of %q: %w", queue, err)
 	}
 	return historyOf(tm.Val(), all.Val(), since), nil
 }
@@ -354,7 +354,7 @@ func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
 	connsCmd := pipe.SMembers(ctx, i.keys.connections)
 	queuesCmd := pipe.SMembers(ctx, i.keys.queues)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redq: list connections: %w", err)
+		return nil, errorf("redq: list connections: %w", err)
 	}
 	names, queues := connsCmd.Val(), queuesCmd.Val()
 	sort.Strings(names)
@@ -373,7 +373,7 @@ func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
 		beats[n] = beat{pipe.PTTL(ctx, i.keys.heartbeat(c)), pipe.Get(ctx, i.keys.heartbeat(c)), pipe.Exists(ctx, i.keys.stopped(c))}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redq: list connections: %w", err)
+		return nil, errorf("redq: list connections: %w", err)
 	}
 	out := make([]ConnectionInfo, len(names))
 	byName := map[string]*ConnectionInfo{}
@@ -409,7 +409,7 @@ func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
 	}
 	if len(parts) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("redq: list connections: %w", err)
+			return nil, errorf("redq: list connections: %w", err)
 		}
 		for _, p := range parts {
 			byName[p.conn].Unacked[p.queue] = p.cmd.Val()
@@ -424,7 +424,7 @@ func (i *Inspector) Stats(ctx context.Context, queues ...string) (Stats, error) 
 	if len(queues) == 0 {
 		names, err := i.client.SMembers(ctx, i.keys.queues).Result()
 		if err != nil {
-			return Stats{}, fmt.Errorf("redq: collect stats: %w", err)
+			return Stats{}, errorf("redq: collect stats: %w", err)
 		}
 		queues = names
 	}
@@ -439,7 +439,7 @@ func (i *Inspector) Pause(ctx context.Context, queue string) error {
 		return err
 	}
 	if err := setPaused(ctx, i.client, newQueueKeys(i.opts.namespace, queue), true); err != nil {
-		return fmt.Errorf("redq: pause %q: %w", queue, err)
+		return errorf("redq: pause %q: %w", queue, err)
 	}
 	return nil
 }
@@ -452,7 +452,7 @@ func (i *Inspector) Resume(ctx context.Context, queue string) error {
 		return err
 	}
 	if err := setPaused(ctx, i.client, newQueueKeys(i.opts.namespace, queue), false); err != nil {
-		return fmt.Errorf("redq: resume %q: %w", queue, err)
+		return errorf("redq: resume %q: %w", queue, err)
 	}
 	return nil
 }
@@ -507,10 +507,10 @@ func (i *Inspector) ListRound(ctx context.Context, round string, cursor string, 
 	}
 	ok, err := i.client.SIsMember(ctx, i.keys.rounds(), round).Result()
 	if err != nil {
-		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+		return RoundPage{}, errorf("redq: list round %q: %w", round, err)
 	}
 	if !ok {
-		return RoundPage{}, fmt.Errorf("%w: no round %q in namespace %q", ErrorNotFound, round, i.opts.namespace)
+		return RoundPage{}, errorf("%w: no round %q in namespace %q", ErrorNotFound, round, i.opts.namespace)
 	}
 	k := newRoundKeys(i.opts.namespace, round)
 	pipe := i.client.Pipeline()
@@ -518,7 +518,7 @@ func (i *Inspector) ListRound(ctx context.Context, round string, cursor string, 
 	period := pipe.HGet(ctx, k.state, "period")
 	ids := pipe.ZRangeWithScores(ctx, k.order, off, off+int64(limit)-1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+		return RoundPage{}, errorf("redq: list round %q: %w", round, err)
 	}
 	page := RoundPage{Total: total.Val(), Items: []RoundItemInfo{}}
 	zs := ids.Val()
@@ -533,7 +533,7 @@ func (i *Inspector) ListRound(ctx context.Context, round string, cursor string, 
 	data := pipe.HMGet(ctx, k.data, names...)
 	info := pipe.HMGet(ctx, k.info, names...)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return RoundPage{}, fmt.Errorf("redq: list round %q: %w", round, err)
+		return RoundPage{}, errorf("redq: list round %q: %w", round, err)
 	}
 	per, _ := strconv.ParseInt(period.Val(), 10, 64)
 	ms := func(v int64) time.Time {

@@ -19,7 +19,7 @@ var ErrorHeld = errors.New("redq: the delivery is held by a connection (unacked)
 // errMoved is the error of an action whose delivery moved between the
 // lookup and the action.
 func errMoved(id string) error {
-	return fmt.Errorf("%w: delivery %s moved meanwhile (taken, acked or deleted); nothing was changed", ErrorNotFound, id)
+	return errorf("%w: delivery %s moved meanwhile (taken, acked or deleted); nothing was changed", ErrorNotFound, id)
 }
 
 // act finds the delivery id of queue and runs inspect_act.lua on it with
@@ -37,7 +37,7 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 		return errInspect(verb+" "+id, queue, err)
 	}
 	if f.state == StateUnacked {
-		return errInspect(verb+" "+id, queue, fmt.Errorf("%w (connection %s)", ErrorHeld, f.e.conn))
+		return errInspect(verb+" "+id, queue, errorf("%w (connection %s)", ErrorHeld, f.e.conn))
 	}
 	ok := false
 	for _, s := range allowed {
@@ -138,10 +138,10 @@ func (i *Inspector) keyed(ctx context.Context, verb string, script *redis.Script
 	}
 	n, err := i.keyedCall(ctx, script, newQueueKeys(i.opts.namespace, queue), key)
 	if err != nil {
-		return fmt.Errorf("redq: %s %q in %q: %w", verb, key, queue, err)
+		return errorf("redq: %s %q in %q: %w", verb, key, queue, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("redq: %s %q in %q: %w: the key has no pending item", verb, key, queue, ErrorNotFound)
+		return errorf("redq: %s %q in %q: %w: the key has no pending item", verb, key, queue, ErrorNotFound)
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, state DeliveryState
 	}
 	switch state {
 	case StateUnacked:
-		return 0, fmt.Errorf("redq: purge unacked of %q: %w", queue, ErrorHeld)
+		return 0, errorf("redq: purge unacked of %q: %w", queue, ErrorHeld)
 	case StateKeyed:
 		return 0, argError("state", string(state), "purge applies to ready, delayed and rejected")
 	}
@@ -177,7 +177,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, state DeliveryState
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("redq: purge %s of %q: %w", state, queue, err)
+		return 0, errorf("redq: purge %s of %q: %w", state, queue, err)
 	}
 	return n, nil
 }

@@ -393,7 +393,7 @@ func (i *Inspector) List(ctx context.Context, queue string, o ListOptions) (Page
 	r := &reader{i: i, k: newQueueKeys(i.opts.namespace, queue), state: o.State, conn: o.Connection}
 	total, err := r.open(ctx)
 	if err != nil {
-		return Page{}, fmt.Errorf("redq: list %s of %q: %w", o.State, queue, err)
+		return Page{}, errorf("redq: list %s of %q: %w", o.State, queue, err)
 	}
 	page := Page{Total: total, Items: []DeliveryInfo{}}
 	for {
@@ -403,11 +403,11 @@ func (i *Inspector) List(ctx context.Context, queue string, o ListOptions) (Page
 		}
 		es, next, done, err := r.next(ctx, pos, want)
 		if err != nil {
-			return Page{}, fmt.Errorf("redq: list %s of %q: %w", o.State, queue, err)
+			return Page{}, errorf("redq: list %s of %q: %w", o.State, queue, err)
 		}
 		page.Scanned += len(es)
 		if es, err = r.resolveStubs(ctx, es); err != nil {
-			return Page{}, fmt.Errorf("redq: list %s of %q: %w", o.State, queue, err)
+			return Page{}, errorf("redq: list %s of %q: %w", o.State, queue, err)
 		}
 		for n, e := range es {
 			if e.env == "" || e.env == wakeMarker || (o.Search != "" && !matches(e, o.Search)) {
@@ -455,7 +455,7 @@ func (r *reader) within(p listPos, n int) (listPos, bool) {
 
 // errInspect wraps an Inspector error with what was asked.
 func errInspect(what, queue string, err error) error {
-	return fmt.Errorf("redq: %s in %q: %w", what, queue, err)
+	return errorf("redq: %s in %q: %w", what, queue, err)
 }
 
 // parseID reads a delivery id as Delivery.ID prints it (32 hex digits).
@@ -501,7 +501,7 @@ func (i *Inspector) find(ctx context.Context, queue, id string) (found, *reader,
 			}
 		}
 	}
-	return found{}, nil, fmt.Errorf("%w: no delivery %x in queue %q (it may have been acked or deleted)", ErrorNotFound, id, queue)
+	return found{}, nil, errorf("%w: no delivery %x in queue %q (it may have been acked or deleted)", ErrorNotFound, id, queue)
 }
 
 // Delivery returns the delivery with that id (hex, as Delivery.ID), with

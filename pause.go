@@ -2,7 +2,6 @@ package redq
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,7 +20,7 @@ func setPaused(ctx context.Context, client redis.Cmdable, k queueKeys, on bool) 
 // is the field paused of the queue's meta hash; fetch.lua reads it.
 func (q *redisQueue) Pause(ctx context.Context) error {
 	if err := setPaused(ctx, q.conn.client, q.keys, true); err != nil {
-		return fmt.Errorf("redq: pause %q: %w", q.name, err)
+		return errorf("redq: pause %q: %w", q.name, err)
 	}
 	return nil
 }
@@ -30,7 +29,7 @@ func (q *redisQueue) Pause(ctx context.Context) error {
 // Take callers on every connection (see Queue.Resume).
 func (q *redisQueue) Resume(ctx context.Context) error {
 	if err := setPaused(ctx, q.conn.client, q.keys, false); err != nil {
-		return fmt.Errorf("redq: resume %q: %w", q.name, err)
+		return errorf("redq: resume %q: %w", q.name, err)
 	}
 	return nil
 }

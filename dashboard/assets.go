@@ -26,5 +26,5 @@ func serveAsset(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/svg+xml")
 	}
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Write(b)
+	_, _ = w.Write(b) // a client that went away cannot be told
 }

@@ -152,7 +152,7 @@ func (f *fakeSource) List(ctx context.Context, queue string, o redq.ListOptions)
 	all := q.items[o.State]
 	start := 0
 	if o.Cursor != "" {
-		fmt.Sscan(o.Cursor, &start)
+		_, _ = fmt.Sscan(o.Cursor, &start) // a bad cursor starts at 0
 	}
 	p := redq.Page{Total: int64(len(all))}
 	for i := start; i < len(all) && len(p.Items) < o.Limit; i++ {

@@ -427,7 +427,7 @@ func (h *handler) servePayload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", safeFileName(name)+"-"+safeFileName(id)+".bin"))
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.Header().Set("Cache-Control", "no-store")
-	w.Write(b)
+	_, _ = w.Write(b) // a client that went away cannot be told
 }
 
 // safeFileName keeps letters, digits, - and _.

@@ -187,7 +187,7 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, tmp
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(b.Bytes())
+	_, _ = w.Write(b.Bytes()) // a client that went away cannot be told
 }
 
 // message is the body of a page that only says something: an error, a

@@ -127,7 +127,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		out.Logf("redq demo: Redis at %s (from %s), namespace %q", opts.Addr, from, c.namespace)
 		empty, err := namespaceEmpty(ctx, client, c.namespace)
 		if err != nil {
-			client.Close()
+			_ = client.Close() // the error above is what the user needs
 			return fmt.Errorf("connect to Redis at %s: %w", opts.Addr, err)
 		}
 		switch {

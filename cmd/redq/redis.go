@@ -94,7 +94,7 @@ func (f *redisFlags) inspector(ctx context.Context) (*redq.Inspector, func(), er
 	}
 	in, err := redq.NewInspector(client, redq.WithNamespace(f.namespace))
 	if err != nil {
-		client.Close()
+		_ = client.Close() // the error below is what the user needs
 		if errors.Is(err, redq.ErrorInvalidArgument) {
 			return nil, nil, usageError{err}
 		}
@@ -102,10 +102,10 @@ func (f *redisFlags) inspector(ctx context.Context) (*redq.Inspector, func(), er
 	}
 	// A ping tells "cannot reach Redis" apart from what the command does.
 	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
+		_ = client.Close() // the error below is what the user needs
 		return nil, nil, fmt.Errorf("connect to Redis at %s: %w", client.Options().Addr, err)
 	}
-	return in, func() { client.Close() }, nil
+	return in, func() { _ = client.Close() }, nil // at exit: nothing was written
 }
 
 // open connects to Redis and opens a redq connection tagged tag. close

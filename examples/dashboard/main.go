@@ -58,7 +58,7 @@ func run(ctx context.Context, redisURL, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }() // at exit, after the server stopped
 	if redisURL == "" {
 		// An empty embedded Redis makes a dull page: add some traffic.
 		stopTraffic, err := startTraffic(ctx, client)

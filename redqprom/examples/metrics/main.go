@@ -57,7 +57,7 @@ func run(redisURL, addr string) error {
 		return err
 	}
 	client := redis.NewClient(opt)
-	defer client.Close()
+	defer func() { _ = client.Close() }() // at exit, after the connection stopped
 
 	observer := redqprom.NewObserver()
 	conn, err := redq.Open(ctx, "metrics-example", client, nil,
