@@ -59,6 +59,12 @@
 //   - Timers: [Connection.OpenTimers]. Round queues (hand each item out
 //     again every period): [Connection.OpenRound].
 //   - Stats and a stats page: [Connection.CollectStats], [NewHandler].
+//   - Operating: [Queue.Pause] and [Queue.Resume]; an [Inspector] that
+//     lists deliveries by state (dead letters with their reject reason),
+//     retries, deletes and purges them, without a connection of its own;
+//     the dashboard in package github.com/redq/redq/dashboard; logs through
+//     [WithLogger] and [RedisLogger]; metrics through [WithObserver] and the
+//     Prometheus module github.com/redq/redq/redqprom.
 //   - Tests without Redis: [NewTestConnection], [NewTestDeliveryString];
 //     with an embedded Redis: [OpenConnectionWithTestRedisClient].
 //   - Moving a live rmq deployment's data: [MigrateFromRmq].
@@ -77,6 +83,6 @@
 // what each error means and what to do, and a production checklist. The
 // docs directory holds the details (the Redis layout, Cluster and Sentinel,
 // durability, performance, moving over from rmq). The command in cmd/redq
-// runs a demo (go run ./cmd/redq demo), the stats page, the cleaner and
-// operations on queues.
+// runs a demo (go run ./cmd/redq demo), the dashboard, the cleaner, and
+// inspects and acts on queues and deliveries (redq help lists it all).
 package redq

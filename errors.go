@@ -74,6 +74,10 @@ var (
 	// timeout or context ran out (out of memory is not waited on). Nothing
 	// was done. It wraps Redis's error.
 	ErrorWritesRefused = errors.New("redq: Redis refuses writes; nothing was done")
+	// ErrorHeld is returned by an Inspector's action on a delivery that a
+	// connection holds (unacked): a live consumer may be working on it, so
+	// the Inspector leaves it alone. Nothing was changed.
+	ErrorHeld = errors.New("redq: the delivery is held by a connection (unacked); the Inspector leaves it to its consumer")
 	// ErrorNotRedis is returned by operations that need a Redis-backed
 	// connection (for example a Cleaner) when given a test double.
 	ErrorNotRedis = errors.New("redq: not a Redis-backed connection")

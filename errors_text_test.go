@@ -62,7 +62,7 @@ func TestErrorTexts(t *testing.T) {
 	}
 	for _, s := range []error{ErrorNotFound, ErrorAlreadyConsuming, ErrorNotConsuming, ErrorConsumingStopped,
 		ErrorConnectionLost, ErrorLeaseLost, ErrorTimeout, ErrorInvalidArgument, ErrorPayloadTooLarge,
-		ErrorOutcomeUnknown, ErrorUnavailable, ErrorWritesRefused, ErrorNotRedis, ErrorCrossSlot,
+		ErrorOutcomeUnknown, ErrorUnavailable, ErrorWritesRefused, ErrorNotRedis, ErrorHeld, ErrorCrossSlot,
 		ErrorConfiguration, ErrorUnsupportedClient, ErrorNotReplicated, ErrorEvictionPolicy,
 		ErrorNoRmqData, ErrorMigrationRefused} {
 		cases["sentinel "+s.Error()] = s

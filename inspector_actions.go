@@ -4,17 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// ErrorHeld is returned by an Inspector's action on a delivery that a
-// connection holds (unacked): a live consumer may be working on it, so the
-// Inspector leaves it alone. Nothing was changed.
-var ErrorHeld = errors.New("redq: the delivery is held by a connection (unacked); the Inspector leaves it to its consumer")
 
 // errMoved is the error of an action whose delivery moved between the
 // lookup and the action.
