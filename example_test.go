@@ -191,9 +191,12 @@ func ExampleQueue_SetPushQueue() {
 	ctx := context.Background()
 	tasks, err := conn.OpenQueue("tasks")
 	must(err)
-	must(tasks.Publish("resize 1"))
+	must(tasks.Publish("resize 1", "resize 2"))
 	d, err := tasks.Take(ctx, time.Second)
 	must(err)
+	other, err := tasks.Take(ctx, time.Second)
+	must(err)
+	must(other.Reject())
 	n, err := func() (int64, error) {
 		// readme:start
 		failed, err := conn.OpenQueue("tasks-failed")
@@ -201,18 +204,19 @@ func ExampleQueue_SetPushQueue() {
 			return 0, err
 		}
 		tasks.SetPushQueue(failed)
-		if err := d.Push(); err != nil { // to tasks-failed (Reject when no push queue is set)
+		if err := d.Push(); err != nil { // to tasks-failed's ready list (Reject when no push queue is set)
 			return 0, err
 		}
-		// After the downstream outage, back to ready:
-		return failed.ReturnRejected(1000)
+		// Rejected deliveries wait in tasks' rejected list; after the
+		// downstream outage, back to ready:
+		return tasks.ReturnRejected(1000)
 		// readme:end
 	}()
 	must(err)
-	stats, err := conn.CollectStats([]string{"tasks-failed"})
+	stats, err := conn.CollectStats([]string{"tasks", "tasks-failed"})
 	must(err)
-	fmt.Println(n, "returned;", stats.QueueStats["tasks-failed"].ReadyCount, "ready")
-	// Output: 0 returned; 1 ready
+	fmt.Println(n, "returned to tasks;", stats.QueueStats["tasks-failed"].ReadyCount, "ready in tasks-failed")
+	// Output: 1 returned to tasks; 1 ready in tasks-failed
 }
 
 // A cleaner returns the unacked deliveries of connections whose heartbeat
