@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestClusterFailoverAndMigration(t *testing.T) {
@@ -60,7 +62,22 @@ func TestClusterFailoverAndMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Kill the master of {a}: its replica takes over with the data.
+	// Kill the master of {a}: its replica takes over with the data, once
+	// it has it (replication is asynchronous; a loaded machine lags). WAIT
+	// counts the replicas that have this connection's writes, so write
+	// first, on the same connection: the stream is ordered, so a replica
+	// with the write has the migrated keys too.
+	var wait *redis.Cmd
+	if _, err := to.Client(t).Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "{a}:synced", 1, 0)
+		wait = p.Do(ctx, "WAIT", 1, 10000)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := wait.Int(); err != nil || n < 1 {
+		t.Fatalf("the replica of %s did not catch up: %d %v", to.Addr(), n, err)
+	}
 	to.Kill()
 	promoted, err := c.WaitFailover(ctx, "{a}")
 	if err != nil {
