@@ -481,3 +481,44 @@ func TestLastMinuteRates(t *testing.T) {
 		t.Error("rates from no history")
 	}
 }
+
+func TestActionRedirectStaysInside(t *testing.T) {
+	for _, prefix := range []string{"", "/redq"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			f := fakeWithData()
+			b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true, PathPrefix: prefix}), prefix)
+			tok := b.token("/queues/emails")
+			overview := prefix + "/"
+			cases := map[string]string{
+				prefix + "/queues/emails?state=rejected": prefix + "/queues/emails?state=rejected",
+				prefix + "/":                             prefix + "/",
+				"/\t/evil.example":                       overview,
+				"/\n/evil.example":                       overview,
+				"/\r/evil.example":                       overview,
+				"/\x7f/evil.example":                     overview,
+				"/\x00/evil.example":                     overview,
+				"//evil.example":                         overview,
+				"/\\evil.example":                        overview,
+				"/%2F/evil.example":                      overview,
+				"https://evil.example/":                  overview,
+				"http:/evil.example":                     overview,
+				"javascript:alert(1)":                    overview,
+				"evil.example":                           overview,
+				"":                                       overview,
+				prefix + "/../../elsewhere":              overview,
+				prefix + "/%2e%2e/elsewhere":             overview,
+				prefix + "/queues/emails\t/x":            overview,
+			}
+			if prefix != "" {
+				cases["/queues/emails"] = overview // outside the prefix
+				cases["/redqx/"] = overview
+			}
+			for back, want := range cases {
+				code, loc := b.post("/queues/emails/actions/pause", url.Values{"csrf": {tok}, "back": {back}})
+				if code != http.StatusSeeOther || loc != want {
+					t.Errorf("back %q: status %d, location %q; want 303 to %q", back, code, loc, want)
+				}
+			}
+		})
+	}
+}
