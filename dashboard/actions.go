@@ -107,6 +107,12 @@ func (h *handler) actionFailed(w http.ResponseWriter, r *http.Request, action, q
 		m := message{Heading: "Invalid request", Text: argMessage(err) + " Nothing was changed.", Back: back}
 		h.failMsg(w, r, http.StatusBadRequest, m)
 	case errNotFound:
+		// The Inspector answers ErrorNotFound both for a queue that is not
+		// open and for a delivery or key that moved: ask which.
+		if !h.queueOpen(r, queue) {
+			h.queueNotFound(w, r, queue, err)
+			return
+		}
 		what := "Delivery " + id
 		if key != "" {
 			what = "Key " + key
@@ -128,6 +134,15 @@ func (h *handler) actionFailed(w http.ResponseWriter, r *http.Request, action, q
 		p.Body = message{Heading: "Action failed", Text: text, Back: back}
 		h.render(w, r, http.StatusServiceUnavailable, "message", p)
 	}
+}
+
+// queueOpen reports whether queue is open. Only a definite "not found" is
+// false: when Redis cannot say, the queue is taken to be there.
+func (h *handler) queueOpen(r *http.Request, queue string) bool {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	_, err := h.src.Queue(ctx, queue)
+	return err == nil || kindOf(err) != errNotFound
 }
 
 // safeBack returns back when it is a path inside the dashboard, else the

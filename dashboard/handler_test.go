@@ -522,3 +522,33 @@ func TestActionRedirectStaysInside(t *testing.T) {
 		})
 	}
 }
+
+// An action on a queue that is not open is a 404 listing the open queues,
+// as the GET pages answer, not a 409 "moved meanwhile".
+func TestActionOnUnknownQueue(t *testing.T) {
+	f := fakeWithData()
+	b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true}), "")
+	tok := b.token("/queues/emails")
+	for action, form := range map[string]url.Values{
+		"retry":   {"id": {"aa02"}},
+		"delete":  {"id": {"aa01"}},
+		"run-now": {"key": {"user-7"}},
+		"cancel":  {"key": {"user-7"}},
+		"pause":   {},
+		"resume":  {},
+		"purge":   {"state": {"rejected"}},
+	} {
+		form.Set("csrf", tok)
+		code, body := b.post("/queues/nosuch/actions/"+action, form)
+		if code != http.StatusNotFound || !strings.Contains(body, "No such queue") || !strings.Contains(body, "emails") || !strings.Contains(body, "thumbs") || strings.Contains(body, "moved meanwhile") {
+			t.Errorf("%s on an unknown queue: status %d, want 404 listing the open queues\n%s", action, code, body)
+		}
+	}
+	if calls := f.actions(); len(calls) != 0 {
+		t.Errorf("actions on an unknown queue carried out %v", calls)
+	}
+	// A delivery that moved in a queue that is open is still a 409.
+	if code, body := b.post("/queues/emails/actions/retry", url.Values{"csrf": {tok}, "id": {"ffff"}}); code != http.StatusConflict || !strings.Contains(body, "moved meanwhile") {
+		t.Errorf("retry of a missing delivery in an open queue: %d, want 409", code)
+	}
+}

@@ -202,6 +202,16 @@ func TestOnRedis(t *testing.T) {
 		if after := dump(t, be.client); !slices.Equal(before, after) {
 			t.Errorf("a refused retry changed Redis")
 		}
+		// A queue that was never opened is a 404 listing the open ones.
+		for action, form := range map[string]url.Values{"retry": {"id": {rejected[1]}}, "cancel": {"key": {"user-1"}}, "pause": {}} {
+			form.Set("csrf", tok)
+			if code, body := b.post("/queues/nosuch/actions/"+action, form); code != http.StatusNotFound || !strings.Contains(body, "No such queue") || !strings.Contains(body, "jobs") {
+				t.Errorf("%s on a queue never opened: %d, want 404 listing jobs\n%s", action, code, body)
+			}
+		}
+		if after := dump(t, be.client); !slices.Equal(before, after) {
+			t.Errorf("an action on an unknown queue changed Redis")
+		}
 		post("delete", url.Values{"id": {rejected[1]}})
 		if _, err := be.insp.Delivery(ctx, "jobs", rejected[1]); !errors.Is(err, redq.ErrorNotFound) {
 			t.Errorf("after delete: %v", err)
