@@ -552,3 +552,63 @@ func TestActionOnUnknownQueue(t *testing.T) {
 		t.Errorf("retry of a missing delivery in an open queue: %d, want 409", code)
 	}
 }
+
+// rowActions returns the data-action values of the row of delivery id.
+func rowActions(t *testing.T, body, id string) []string {
+	t.Helper()
+	i := strings.Index(body, `<tr data-id="`+id+`"`)
+	if i < 0 {
+		t.Fatalf("no row %s in the page", id)
+	}
+	row := body[i:]
+	row = row[:strings.Index(row, "</tr>")]
+	var out []string
+	for _, m := range regexp.MustCompile(`data-action="([a-z-]+)"`).FindAllStringSubmatch(row, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// A keyed item waiting in ready or delayed is offered the keyed actions
+// (run now, cancel), not retry and delete by id; other rows keep theirs.
+func TestKeyedRowActions(t *testing.T) {
+	f := fakeWithData()
+	f.add("emails", redq.DeliveryInfo{ID: "aa06", State: redq.StateDelayed, Key: "user-8", Payload: []byte("digest"), DueAt: time.Now().Add(time.Hour)})
+	f.add("emails", redq.DeliveryInfo{ID: "aa07", State: redq.StateReady, Key: "user-9", Payload: []byte("digest")})
+	b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true}), "")
+	for _, c := range []struct {
+		path, id string
+		want     []string
+	}{
+		{"/queues/emails?state=delayed", "aa06", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=delayed", "aa03", []string{"retry", "delete"}},
+		{"/queues/emails?state=ready", "aa07", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=ready", "aa01", []string{"delete"}},
+		{"/queues/emails?state=keyed", "aa04", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=rejected", "aa02", []string{"retry", "delete"}},
+	} {
+		_, body := b.get(c.path)
+		if got := rowActions(t, body, c.id); !slices.Equal(got, c.want) {
+			t.Errorf("%s row %s: actions %v, want %v", c.path, c.id, got, c.want)
+		}
+		if c.want[0] == "run-now" && !strings.Contains(body, `name="key" value="`) {
+			t.Errorf("%s: the keyed actions carry no key", c.path)
+		}
+	}
+	// The delivery page offers the same.
+	for id, want := range map[string][]string{"aa06": {"run-now", "cancel"}, "aa07": {"run-now", "cancel"}, "aa03": {"retry", "delete"}} {
+		_, body := b.get("/queues/emails/deliveries/" + id)
+		var got []string
+		for _, m := range regexp.MustCompile(`data-action="([a-z-]+)"`).FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1])
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("delivery page %s: actions %v, want %v", id, got, want)
+		}
+	}
+	// And the button works: cancel by the row's key.
+	tok := b.token("/queues/emails?state=delayed")
+	if code, _ := b.post("/queues/emails/actions/cancel", url.Values{"csrf": {tok}, "key": {"user-8"}}); code != http.StatusSeeOther {
+		t.Errorf("cancel of the keyed delayed row: %d", code)
+	}
+}

@@ -165,6 +165,22 @@ func TestOnRedis(t *testing.T) {
 			t.Error("search for r-2 shows r-1, or does not say how much it scanned")
 		}
 
+		// The keyed item waiting in delayed is offered its key's actions.
+		delayed, err := be.insp.List(ctx, "jobs", redq.ListOptions{State: redq.StateDelayed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body := b.get("/queues/jobs?state=delayed")
+		for _, d := range delayed.Items {
+			want := []string{"retry", "delete"}
+			if d.Key != "" {
+				want = []string{"run-now", "cancel"}
+			}
+			if got := rowActions(t, body, d.ID); !slices.Equal(got, want) {
+				t.Errorf("delayed row %s (key %q): actions %v, want %v", d.ID, d.Key, got, want)
+			}
+		}
+
 		// Refused actions change nothing.
 		before := dump(t, be.client)
 		tok := b.token("/queues/jobs?state=rejected")
