@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -610,5 +611,42 @@ func TestKeyedRowActions(t *testing.T) {
 	tok := b.token("/queues/emails?state=delayed")
 	if code, _ := b.post("/queues/emails/actions/cancel", url.Values{"csrf": {tok}, "key": {"user-8"}}); code != http.StatusSeeOther {
 		t.Errorf("cancel of the keyed delayed row: %d", code)
+	}
+}
+
+// Replicas given the same Options.Secret accept each other's forms; with
+// their own random secrets (the default) or different ones, they do not.
+func TestSharedSecret(t *testing.T) {
+	secret := []byte(strings.Repeat("s", MinSecretLen))
+	f := fakeWithData()
+	a := newBrowser(t, mustHandler(t, f, Options{EnableActions: true, Secret: secret}), "")
+	tok := a.token("/queues/emails")
+	// The browser goes to another replica with the same cookie jar: cookies
+	// do not depend on the port.
+	replica := func(opts Options) *browser {
+		r := newBrowser(t, mustHandler(t, f, opts), "")
+		r.c = a.c
+		return r
+	}
+	same := Options{EnableActions: true, Secret: slices.Clone(secret)}
+	secret[0] = 'x' // the handler kept its own copy
+	if code, loc := replica(same).post("/queues/emails/actions/pause", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+		t.Errorf("a replica with the same secret: %d %s, want 303", code, loc)
+	}
+	for name, opts := range map[string]Options{
+		"default (random) secret": {EnableActions: true},
+		"another secret":          {EnableActions: true, Secret: []byte(strings.Repeat("t", MinSecretLen))},
+	} {
+		if code, _ := replica(opts).post("/queues/emails/actions/resume", url.Values{"csrf": {tok}}); code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", name, code)
+		}
+	}
+	if calls := f.actions(); !slices.Equal(calls, []string{"paused=true emails"}) {
+		t.Errorf("actions carried out: %v, want only the pause", calls)
+	}
+	for _, s := range [][]byte{{}, []byte("short")} {
+		if _, err := newHandler(newFakeSource(), Options{Secret: s}); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("Secret of %d bytes: %v, want ErrInvalidOptions", len(s), err)
+		}
 	}
 }
