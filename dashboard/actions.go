@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -32,7 +33,7 @@ func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	}
 	queue, action := r.PathValue("queue"), r.PathValue("action")
 	id, key := r.PostFormValue("id"), r.PostFormValue("key")
-	back := h.safeBack(r.PostFormValue("back"), queue)
+	back := h.safeBack(r.PostFormValue("back"))
 	if !slices.Contains(actions, action) {
 		h.failMsg(w, r, http.StatusBadRequest, message{Heading: "Invalid action", Text: fmt.Sprintf("There is no action %q.", action), Valid: actions, ValidOf: "Actions", Back: back})
 		return
@@ -106,6 +107,12 @@ func (h *handler) actionFailed(w http.ResponseWriter, r *http.Request, action, q
 		m := message{Heading: "Invalid request", Text: argMessage(err) + " Nothing was changed.", Back: back}
 		h.failMsg(w, r, http.StatusBadRequest, m)
 	case errNotFound:
+		// The Inspector answers ErrorNotFound both for a queue that is not
+		// open and for a delivery or key that moved: ask which.
+		if !h.queueOpen(r, queue) {
+			h.queueNotFound(w, r, queue, err)
+			return
+		}
 		what := "Delivery " + id
 		if key != "" {
 			what = "Key " + key
@@ -129,12 +136,47 @@ func (h *handler) actionFailed(w http.ResponseWriter, r *http.Request, action, q
 	}
 }
 
+// queueOpen reports whether queue is open. Only a definite "not found" is
+// false: when Redis cannot say, the queue is taken to be there.
+func (h *handler) queueOpen(r *http.Request, queue string) bool {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	_, err := h.src.Queue(ctx, queue)
+	return err == nil || kindOf(err) != errNotFound
+}
+
 // safeBack returns back when it is a path inside the dashboard, else the
-// queue's page: a redirect never leaves the dashboard.
-func (h *handler) safeBack(back, queue string) string {
+// overview: a redirect never leaves the dashboard. back must be a bare
+// path (no scheme, host or user) under PathPrefix+"/", not starting with
+// "//", without backslashes, control bytes (browsers strip tabs and line
+// breaks, so "/\t/evil.example" would become "//evil.example") or dot
+// segments that climb out of the prefix.
+func (h *handler) safeBack(back string) string {
 	root := h.opts.PathPrefix + "/"
-	if strings.HasPrefix(back, root) && !strings.HasPrefix(back, "//") && !strings.Contains(back, "\\") && !strings.ContainsAny(back, "\r\n") {
+	if safePath(back, root) {
 		return back
 	}
-	return h.queueURL(queue, "")
+	return root
+}
+
+func safePath(back, root string) bool {
+	if !strings.HasPrefix(back, root) || strings.HasPrefix(back, "//") || strings.Contains(back, "\\") {
+		return false
+	}
+	for i := 0; i < len(back); i++ {
+		if back[i] < 0x20 || back[i] == 0x7f {
+			return false
+		}
+	}
+	u, err := url.Parse(back)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return false
+	}
+	// Dot segments (also as %2e) would climb out of the prefix.
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return strings.HasPrefix(u.Path, root) && !strings.HasPrefix(u.Path, "//")
 }

@@ -18,7 +18,8 @@
 //
 // Actions (retry, delete, run now, cancel, purge, pause and resume) are off
 // unless [Options.EnableActions] is set. They are POST requests carrying a
-// per-handler CSRF token; without it, or in read-only mode, they are
+// CSRF token keyed by a per-handler secret ([Options.Secret] shares one
+// across replicas); without it, or in read-only mode, they are
 // answered 403 Forbidden and change nothing. The dashboard has no login of
 // its own: mount it behind the authentication middleware of your server.
 //
@@ -86,7 +87,17 @@ type Options struct {
 	// Logger receives one line per action carried out and per Redis error.
 	// Default: nil (nothing is logged).
 	Logger *slog.Logger
+	// Secret keys the CSRF tokens of the action forms, at least
+	// MinSecretLen bytes. Give every replica of a dashboard behind one
+	// load balancer the same Secret so that a form drawn by one replica
+	// is accepted by another, and tokens survive a restart. Keep it as
+	// secret as a session key. Default: nil, a random secret made when
+	// the handler is created, known to this process only.
+	Secret []byte
 }
+
+// MinSecretLen is the shortest Options.Secret accepted.
+const MinSecretLen = 32
 
 // ErrInvalidOptions is matched by the error New returns for bad Options.
 var ErrInvalidOptions = errors.New("dashboard: invalid options")
@@ -130,6 +141,9 @@ func (o *Options) normalize() error {
 	p := o.PathPrefix
 	if p != "" && (!strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.ContainsAny(p, "?#{} ")) {
 		return fmt.Errorf("%w: PathPrefix must start with / and not end with one (e.g. \"/redq\"), is %q", ErrInvalidOptions, p)
+	}
+	if o.Secret != nil && len(o.Secret) < MinSecretLen {
+		return fmt.Errorf("%w: Secret must be at least %d bytes, is %d", ErrInvalidOptions, MinSecretLen, len(o.Secret))
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

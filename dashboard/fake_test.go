@@ -256,15 +256,18 @@ func (f *fakeSource) byKey(queue, key, verb string, to redq.DeliveryState) error
 	if !ok {
 		return fmt.Errorf("queue %q: %w", queue, redq.ErrorNotFound)
 	}
-	for i, d := range q.items[redq.StateKeyed] {
-		if d.Key == key {
-			q.items[redq.StateKeyed] = slices.Delete(q.items[redq.StateKeyed], i, i+1)
-			if to != "" {
-				d.State = to
-				q.items[to] = append(q.items[to], d)
+	// A key's pending item may wait in keyed, delayed or ready.
+	for _, st := range []redq.DeliveryState{redq.StateKeyed, redq.StateDelayed, redq.StateReady} {
+		for i, d := range q.items[st] {
+			if d.Key == key {
+				q.items[st] = slices.Delete(q.items[st], i, i+1)
+				if to != "" {
+					d.State = to
+					q.items[to] = append(q.items[to], d)
+				}
+				f.calls = append(f.calls, verb+" "+queue+" "+key)
+				return nil
 			}
-			f.calls = append(f.calls, verb+" "+queue+" "+key)
-			return nil
 		}
 	}
 	return fmt.Errorf("key %q: %w", key, redq.ErrorNotFound)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,7 +52,11 @@ func newHandler(src source, opts Options) (*handler, error) {
 	}
 	h.history.ttl = 15 * time.Second
 	h.last.max = 256
-	rand.Read(h.secret) // never fails (see crypto/rand)
+	if opts.Secret != nil {
+		h.secret = slices.Clone(opts.Secret) // the caller's slice may change
+	} else {
+		rand.Read(h.secret) // never fails (see crypto/rand)
+	}
 	h.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, "Cross-origin request refused", "This action came from another site. Nothing was changed.")
 	}))

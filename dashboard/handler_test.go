@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -479,5 +480,173 @@ func TestLastMinuteRates(t *testing.T) {
 	}
 	if _, ok := lastMinuteRates(nil, now); ok {
 		t.Error("rates from no history")
+	}
+}
+
+func TestActionRedirectStaysInside(t *testing.T) {
+	for _, prefix := range []string{"", "/redq"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			f := fakeWithData()
+			b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true, PathPrefix: prefix}), prefix)
+			tok := b.token("/queues/emails")
+			overview := prefix + "/"
+			cases := map[string]string{
+				prefix + "/queues/emails?state=rejected": prefix + "/queues/emails?state=rejected",
+				prefix + "/":                             prefix + "/",
+				"/\t/evil.example":                       overview,
+				"/\n/evil.example":                       overview,
+				"/\r/evil.example":                       overview,
+				"/\x7f/evil.example":                     overview,
+				"/\x00/evil.example":                     overview,
+				"//evil.example":                         overview,
+				"/\\evil.example":                        overview,
+				"/%2F/evil.example":                      overview,
+				"https://evil.example/":                  overview,
+				"http:/evil.example":                     overview,
+				"javascript:alert(1)":                    overview,
+				"evil.example":                           overview,
+				"":                                       overview,
+				prefix + "/../../elsewhere":              overview,
+				prefix + "/%2e%2e/elsewhere":             overview,
+				prefix + "/queues/emails\t/x":            overview,
+			}
+			if prefix != "" {
+				cases["/queues/emails"] = overview // outside the prefix
+				cases["/redqx/"] = overview
+			}
+			for back, want := range cases {
+				code, loc := b.post("/queues/emails/actions/pause", url.Values{"csrf": {tok}, "back": {back}})
+				if code != http.StatusSeeOther || loc != want {
+					t.Errorf("back %q: status %d, location %q; want 303 to %q", back, code, loc, want)
+				}
+			}
+		})
+	}
+}
+
+// An action on a queue that is not open is a 404 listing the open queues,
+// as the GET pages answer, not a 409 "moved meanwhile".
+func TestActionOnUnknownQueue(t *testing.T) {
+	f := fakeWithData()
+	b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true}), "")
+	tok := b.token("/queues/emails")
+	for action, form := range map[string]url.Values{
+		"retry":   {"id": {"aa02"}},
+		"delete":  {"id": {"aa01"}},
+		"run-now": {"key": {"user-7"}},
+		"cancel":  {"key": {"user-7"}},
+		"pause":   {},
+		"resume":  {},
+		"purge":   {"state": {"rejected"}},
+	} {
+		form.Set("csrf", tok)
+		code, body := b.post("/queues/nosuch/actions/"+action, form)
+		if code != http.StatusNotFound || !strings.Contains(body, "No such queue") || !strings.Contains(body, "emails") || !strings.Contains(body, "thumbs") || strings.Contains(body, "moved meanwhile") {
+			t.Errorf("%s on an unknown queue: status %d, want 404 listing the open queues\n%s", action, code, body)
+		}
+	}
+	if calls := f.actions(); len(calls) != 0 {
+		t.Errorf("actions on an unknown queue carried out %v", calls)
+	}
+	// A delivery that moved in a queue that is open is still a 409.
+	if code, body := b.post("/queues/emails/actions/retry", url.Values{"csrf": {tok}, "id": {"ffff"}}); code != http.StatusConflict || !strings.Contains(body, "moved meanwhile") {
+		t.Errorf("retry of a missing delivery in an open queue: %d, want 409", code)
+	}
+}
+
+// rowActions returns the data-action values of the row of delivery id.
+func rowActions(t *testing.T, body, id string) []string {
+	t.Helper()
+	i := strings.Index(body, `<tr data-id="`+id+`"`)
+	if i < 0 {
+		t.Fatalf("no row %s in the page", id)
+	}
+	row := body[i:]
+	row = row[:strings.Index(row, "</tr>")]
+	var out []string
+	for _, m := range regexp.MustCompile(`data-action="([a-z-]+)"`).FindAllStringSubmatch(row, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// A keyed item waiting in ready or delayed is offered the keyed actions
+// (run now, cancel), not retry and delete by id; other rows keep theirs.
+func TestKeyedRowActions(t *testing.T) {
+	f := fakeWithData()
+	f.add("emails", redq.DeliveryInfo{ID: "aa06", State: redq.StateDelayed, Key: "user-8", Payload: []byte("digest"), DueAt: time.Now().Add(time.Hour)})
+	f.add("emails", redq.DeliveryInfo{ID: "aa07", State: redq.StateReady, Key: "user-9", Payload: []byte("digest")})
+	b := newBrowser(t, mustHandler(t, f, Options{EnableActions: true}), "")
+	for _, c := range []struct {
+		path, id string
+		want     []string
+	}{
+		{"/queues/emails?state=delayed", "aa06", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=delayed", "aa03", []string{"retry", "delete"}},
+		{"/queues/emails?state=ready", "aa07", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=ready", "aa01", []string{"delete"}},
+		{"/queues/emails?state=keyed", "aa04", []string{"run-now", "cancel"}},
+		{"/queues/emails?state=rejected", "aa02", []string{"retry", "delete"}},
+	} {
+		_, body := b.get(c.path)
+		if got := rowActions(t, body, c.id); !slices.Equal(got, c.want) {
+			t.Errorf("%s row %s: actions %v, want %v", c.path, c.id, got, c.want)
+		}
+		if c.want[0] == "run-now" && !strings.Contains(body, `name="key" value="`) {
+			t.Errorf("%s: the keyed actions carry no key", c.path)
+		}
+	}
+	// The delivery page offers the same.
+	for id, want := range map[string][]string{"aa06": {"run-now", "cancel"}, "aa07": {"run-now", "cancel"}, "aa03": {"retry", "delete"}} {
+		_, body := b.get("/queues/emails/deliveries/" + id)
+		var got []string
+		for _, m := range regexp.MustCompile(`data-action="([a-z-]+)"`).FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1])
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("delivery page %s: actions %v, want %v", id, got, want)
+		}
+	}
+	// And the button works: cancel by the row's key.
+	tok := b.token("/queues/emails?state=delayed")
+	if code, _ := b.post("/queues/emails/actions/cancel", url.Values{"csrf": {tok}, "key": {"user-8"}}); code != http.StatusSeeOther {
+		t.Errorf("cancel of the keyed delayed row: %d", code)
+	}
+}
+
+// Replicas given the same Options.Secret accept each other's forms; with
+// their own random secrets (the default) or different ones, they do not.
+func TestSharedSecret(t *testing.T) {
+	secret := []byte(strings.Repeat("s", MinSecretLen))
+	f := fakeWithData()
+	a := newBrowser(t, mustHandler(t, f, Options{EnableActions: true, Secret: secret}), "")
+	tok := a.token("/queues/emails")
+	// The browser goes to another replica with the same cookie jar: cookies
+	// do not depend on the port.
+	replica := func(opts Options) *browser {
+		r := newBrowser(t, mustHandler(t, f, opts), "")
+		r.c = a.c
+		return r
+	}
+	same := Options{EnableActions: true, Secret: slices.Clone(secret)}
+	secret[0] = 'x' // the handler kept its own copy
+	if code, loc := replica(same).post("/queues/emails/actions/pause", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+		t.Errorf("a replica with the same secret: %d %s, want 303", code, loc)
+	}
+	for name, opts := range map[string]Options{
+		"default (random) secret": {EnableActions: true},
+		"another secret":          {EnableActions: true, Secret: []byte(strings.Repeat("t", MinSecretLen))},
+	} {
+		if code, _ := replica(opts).post("/queues/emails/actions/resume", url.Values{"csrf": {tok}}); code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", name, code)
+		}
+	}
+	if calls := f.actions(); !slices.Equal(calls, []string{"paused=true emails"}) {
+		t.Errorf("actions carried out: %v, want only the pause", calls)
+	}
+	for _, s := range [][]byte{{}, []byte("short")} {
+		if _, err := newHandler(newFakeSource(), Options{Secret: s}); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("Secret of %d bytes: %v, want ErrInvalidOptions", len(s), err)
+		}
 	}
 }

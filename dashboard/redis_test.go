@@ -165,6 +165,22 @@ func TestOnRedis(t *testing.T) {
 			t.Error("search for r-2 shows r-1, or does not say how much it scanned")
 		}
 
+		// The keyed item waiting in delayed is offered its key's actions.
+		delayed, err := be.insp.List(ctx, "jobs", redq.ListOptions{State: redq.StateDelayed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body := b.get("/queues/jobs?state=delayed")
+		for _, d := range delayed.Items {
+			want := []string{"retry", "delete"}
+			if d.Key != "" {
+				want = []string{"run-now", "cancel"}
+			}
+			if got := rowActions(t, body, d.ID); !slices.Equal(got, want) {
+				t.Errorf("delayed row %s (key %q): actions %v, want %v", d.ID, d.Key, got, want)
+			}
+		}
+
 		// Refused actions change nothing.
 		before := dump(t, be.client)
 		tok := b.token("/queues/jobs?state=rejected")
@@ -201,6 +217,16 @@ func TestOnRedis(t *testing.T) {
 		}
 		if after := dump(t, be.client); !slices.Equal(before, after) {
 			t.Errorf("a refused retry changed Redis")
+		}
+		// A queue that was never opened is a 404 listing the open ones.
+		for action, form := range map[string]url.Values{"retry": {"id": {rejected[1]}}, "cancel": {"key": {"user-1"}}, "pause": {}} {
+			form.Set("csrf", tok)
+			if code, body := b.post("/queues/nosuch/actions/"+action, form); code != http.StatusNotFound || !strings.Contains(body, "No such queue") || !strings.Contains(body, "jobs") {
+				t.Errorf("%s on a queue never opened: %d, want 404 listing jobs\n%s", action, code, body)
+			}
+		}
+		if after := dump(t, be.client); !slices.Equal(before, after) {
+			t.Errorf("an action on an unknown queue changed Redis")
 		}
 		post("delete", url.Values{"id": {rejected[1]}})
 		if _, err := be.insp.Delivery(ctx, "jobs", rejected[1]); !errors.Is(err, redq.ErrorNotFound) {
