@@ -98,7 +98,7 @@ func fill(t *testing.T, be backend) []string {
 		t.Fatal(err)
 	}
 	var ids []string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a loaded machine settles slowly
 	for len(ids) < 2 && time.Now().Before(deadline) {
 		p, err := be.insp.List(ctx, "jobs", redq.ListOptions{State: redq.StateRejected})
 		if err != nil {
