@@ -785,6 +785,7 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 // each, consumers resume and every delivery is acked by them; after the
 // connection stopped, a cleaner finds nothing and Redis holds nothing.
 func TestProcessRedisRestartMidRun(t *testing.T) {
+	skipShort(t, "restarts Redis under consumer processes")
 	for _, how := range []string{"stop", "kill", "blips"} {
 		t.Run(how, func(t *testing.T) { procRestartScenario(t, how) })
 	}

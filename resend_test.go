@@ -231,6 +231,7 @@ func TestPublishAcrossARedisRestartRunsOnce(t *testing.T) {
 // outcome is unknown if it may have run, and that Redis was unavailable
 // if it never left the process; neither is ErrorNotFound.
 func TestAckKeepsTryingWhileRedisIsUnreachable(t *testing.T) {
+	skipShort(t, "keeps Redis unreachable for seconds")
 	forEachBackend(t, func(t *testing.T, b backend) {
 		if b.mini == nil {
 			realClient(t)

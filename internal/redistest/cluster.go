@@ -68,6 +68,9 @@ func WithNodeArgs(args ...string) ClusterOption {
 // REDQ_REQUIRE_REDIS=1; it also needs redis-cli.
 func StartCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 6-node Redis Cluster; skipped with -short")
+	}
 	bin, ok := Available()
 	if !ok {
 		if Required() {

@@ -48,6 +48,9 @@ type Sentinel struct {
 // redis-server is not in PATH, or fails it when REDQ_REQUIRE_REDIS=1.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Sentinel setup; skipped with -short")
+	}
 	// No background save to disk or diskless-sync delay: the replica
 	// syncs at once, and after a failover the servers resync at once.
 	dataArgs := []string{"--repl-diskless-sync-delay", "0"}
