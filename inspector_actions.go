@@ -41,25 +41,19 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 		return errInspect(verb+" "+id, queue, argError("delivery state", string(f.state), fmt.Sprintf("%s applies to %v deliveries", verb, allowed)))
 	}
 	k := newQueueKeys(i.opts.namespace, queue)
-	if f.state == StateKeyed {
-		// a keyed item pending: deleting it cancels its key
-		n, err := i.keyedCall(ctx, scripts.keyedCancel, k, f.e.key)
-		if err != nil {
-			return errInspect(verb+" "+id, queue, err)
-		}
-		if n != 1 {
-			return errInspect(verb+" "+id, queue, errMoved(id))
-		}
-		return nil
-	}
-	where := "j"
+	args := []any{what, "j", f.e.env}
 	switch f.state {
+	case StateKeyed:
+		// a pending keyed item: by its key, and only while the key's
+		// pending item is still this delivery (a take meanwhile, then a new
+		// upsert, gives the key another item, which must not be touched)
+		args = []any{what, "k", f.e.key, rawID}
 	case StateDelayed:
-		where = "d"
+		args[1] = "d"
 	case StateReady:
-		where = "r" + strconv.Itoa(f.e.level)
+		args[1] = "r" + strconv.Itoa(f.e.level)
 	}
-	n, err := scripts.inspectAct.Run(ctx, i.client, k.block0(), what, where, f.e.env).Int64()
+	n, err := scripts.inspectAct.Run(ctx, i.client, k.block0(), args...).Int64()
 	if err != nil {
 		return errInspect(verb+" "+id, queue, err)
 	}
