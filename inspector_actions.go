@@ -73,15 +73,17 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	return i.act(ctx, "delete", queue, id, "D", StateReady, StateDelayed, StateRejected, StateKeyed)
 }
 
-// Retry moves a rejected or delayed delivery to the back of ready now, and
-// counts it as retried. A rejected one starts over as if published anew
-// (its attempts from 0, as ReturnRejected does); a keyed one is upserted by
-// its key. Like Delete it acts only on the exact envelope it found: one
-// that moved meanwhile gives an error matching ErrorNotFound and changes
-// nothing. Unacked deliveries are refused with ErrorHeld, others with an
-// *ArgumentError.
+// Retry moves a rejected or delayed delivery to the back of ready now. A
+// rejected one starts over as if published anew (its attempts from 0, as
+// ReturnRejected does; a keyed one is upserted by its key) and counts as
+// retried (it goes back to ready after a take); a delayed one, or a
+// pending keyed item (listed as delayed or keyed), is made due now, as
+// RunNow does, and is not counted (it was not taken). Like Delete it acts
+// only on the delivery it found: one that moved meanwhile gives an error
+// matching ErrorNotFound and changes nothing. Unacked deliveries are
+// refused with ErrorHeld, ready ones with an *ArgumentError.
 func (i *Inspector) Retry(ctx context.Context, queue, id string) error {
-	return i.act(ctx, "retry", queue, id, "T", StateRejected, StateDelayed)
+	return i.act(ctx, "retry", queue, id, "T", StateRejected, StateDelayed, StateKeyed)
 }
 
 // keyedCall runs a keyed script (keyed_cancel.lua, keyed_run_now.lua) for

@@ -96,3 +96,95 @@ func TestInspectorKeyedDeleteByID(t *testing.T) {
 		}
 	})
 }
+
+// Retry of a keyed item, found in delayed as List shows it or as keyed,
+// runs it now (it was refused as "moved meanwhile"), once: an item taken
+// meanwhile, whose key has a new item since, is left alone. Retried counts
+// what went back to ready after a take: a rejected delivery, not a
+// delayed or keyed one that was never taken.
+func TestInspectorRetryKeyedAndCounts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "c", ns)
+		q := openQueue(t, c, "jobs")
+		i := newInspectorT(t, b, ns)
+		if _, err := q.Upsert(ctx, "k", []byte("later"), Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		delayed := listAll(t, i, "jobs", ListOptions{State: StateDelayed})
+		if len(delayed) != 1 || delayed[0].Key != "k" {
+			t.Fatalf("delayed = %+v, want the keyed item", delayed)
+		}
+		if err := i.Retry(ctx, "jobs", delayed[0].ID); err != nil {
+			t.Fatalf("Retry of a delayed keyed item: %v", err)
+		}
+		if item := mustLookup(t, q, "k"); !item.Pending || time.Until(item.Due) > time.Minute {
+			t.Fatalf("after Retry the key holds %+v, want its item due now", item)
+		}
+		m := mustTake(t, q, time.Second)
+		if m.Payload() != "later" || m.ID() != delayed[0].ID {
+			t.Fatalf("took %q %s, want the retried item %s", m.Payload(), m.ID(), delayed[0].ID)
+		}
+		if err := m.Reject(); err != nil {
+			t.Fatal(err)
+		}
+		// a plain delayed delivery
+		if err := q.Put(ctx, []byte("plain"), Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range listAll(t, i, "jobs", ListOptions{State: StateDelayed}) {
+			if err := i.Retry(ctx, "jobs", d.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err := i.Queue(ctx, "jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Retried != 0 || info.Ready != 1 {
+			t.Fatalf("after Retry of delayed deliveries never taken: retried %d, ready %d; want 0, 1", info.Retried, info.Ready)
+		}
+		// the rejected keyed delivery went back to ready after a take
+		if err := i.Retry(ctx, "jobs", m.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ = i.Queue(ctx, "jobs"); info.Retried != 1 {
+			t.Fatalf("after Retry of a rejected delivery: retried %d, want 1", info.Retried)
+		}
+
+		// taken meanwhile, and the key has a new item since
+		if _, err := q.Upsert(ctx, "k2", []byte("old"), Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		var oldID string
+		for _, d := range listAll(t, i, "jobs", ListOptions{State: StateKeyed}) {
+			if d.Key == "k2" {
+				oldID = d.ID
+			}
+		}
+		hi := hookedInspector(t, b, ns, &afterHook{match: ":kpend", f: func() {
+			if _, err := q.RunNow(ctx, "k2"); err != nil {
+				t.Error(err)
+			}
+			for {
+				d := mustTake(t, q, time.Second)
+				if err := d.Ack(); err != nil {
+					t.Error(err)
+				}
+				if d.ID() == oldID {
+					break
+				}
+			}
+			if _, err := q.Upsert(ctx, "k2", []byte("new"), Delay(time.Hour)); err != nil {
+				t.Error(err)
+			}
+		}})
+		if err := hi.Retry(ctx, "jobs", oldID); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("Retry of a keyed item taken meanwhile: %v, want ErrorNotFound", err)
+		}
+		if item := mustLookup(t, q, "k2"); string(item.Payload) != "new" || time.Until(item.Due) < 30*time.Minute {
+			t.Fatalf("after the Retry the key holds %+v, want its new item, still delayed", item)
+		}
+	})
+}

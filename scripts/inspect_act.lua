@@ -9,7 +9,7 @@
 -- ready line, now); ARGV[2] where: 'j' rejected, 'd' delayed, 'r'
 -- followed by the priority (a ready list), or 'k' a pending keyed item
 -- (see below); ARGV[3] the envelope.
--- A retried delivery is counted as retried (see tally); one from rejected
+-- A delivery retried from rejected is counted as retried (see tally) and
 -- starts over as if published anew (attempts 0, as ReturnRejected does),
 -- a keyed one is upserted by its key.
 -- KEYS: the queue's keys (see scriptKeys in keys.go)
@@ -95,5 +95,10 @@ if string.byte(e, 1) == 4 and m then
 else
   push_ready(P, p, {e}, false)
 end
-tally(P.meta, 't', 1, now)
+-- retried counts what went back to ready after a take: a rejected
+-- delivery was taken; a delayed one that is made due now was not (one
+-- that a take released with a delay was counted by release.lua)
+if where == 'j' then
+  tally(P.meta, 't', 1, now)
+end
 return 1
