@@ -188,3 +188,64 @@ func TestInspectorRetryKeyedAndCounts(t *testing.T) {
 		}
 	})
 }
+
+// Destroy forgets a pause (the flag and the resume list) and the counters:
+// a queue opened again under the same name starts unpaused and from zero,
+// and its consumers get what is published.
+func TestDestroyClearsPauseAndCounters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "c", ns)
+		q := openQueue(t, c, "jobs")
+		i := newInspectorT(t, b, ns)
+		mustPut(t, q, "one")
+		if err := q.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Resume(ctx); err != nil { // leaves a resume list behind
+			t.Fatal(err)
+		}
+		if _, _, err := q.DestroyContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		k := q.keys
+		for _, key := range []string{k.meta(), k.resume()} {
+			if n := b.client.Exists(ctx, key).Val(); n != 0 {
+				m, _ := b.client.HGetAll(ctx, key).Result()
+				t.Errorf("after Destroy %s is left, holding %q", key, m)
+			}
+		}
+		q = openQueue(t, c, "jobs")
+		mustPut(t, q, "one again")
+		if err := q.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := q.DestroyContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		q = openQueue(t, c, "jobs")
+		info, err := i.Queue(ctx, "jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Paused || info.Published != 0 {
+			t.Fatalf("reopened after Destroy: paused %v, published %d; want false, 0", info.Paused, info.Published)
+		}
+		mustPut(t, q, "two")
+		if m := mustTake(t, q, 2*time.Second); m.Payload() != "two" {
+			t.Fatalf("took %q, want two", m.Payload())
+		}
+	})
+}
+
+// The test double's Destroy ends a pause too.
+func TestTestQueueDestroyEndsPause(t *testing.T) {
+	q := NewTestQueue("q")
+	if err := q.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.Destroy(); err != nil || q.Paused() {
+		t.Fatalf("after Destroy: paused %v, err %v", q.Paused(), err)
+	}
+}
