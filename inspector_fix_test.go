@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -249,3 +250,79 @@ func TestTestQueueDestroyEndsPause(t *testing.T) {
 		t.Fatalf("after Destroy: paused %v, err %v", q.Paused(), err)
 	}
 }
+
+// A push counts as published on the push queue, same slot or staged, plain,
+// batch and keyed, once even when the staged move is applied again: the
+// push queue's acked never exceeds its published.
+func TestCounterPushPublishedOnTarget(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, staged := range []bool{false, true} {
+			ctx := context.Background()
+			ns := namespace()
+			c := openT(t, b, "c", ns)
+			c.forceStaged = staged
+			q := openQueue(t, c, "work")
+			dst := openQueue(t, c, "failed")
+			q.SetPushQueue(dst)
+			i := newInspectorT(t, b, ns)
+			if err := q.Publish("1", "2", "3"); err != nil {
+				t.Fatal(err)
+			}
+			ds := take(t, q, 3)
+			if err := ds[0].Push(); err != nil {
+				t.Fatal(err)
+			}
+			if errs := (Deliveries{ds[1], ds[2]}).Push(); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			mustUpsert(t, q, "k", "v1", Created)
+			if err := mustTake(t, q, time.Second).Push(); err != nil {
+				t.Fatal(err)
+			}
+			want := int64(4)
+			if staged {
+				// a pusher stopped after step 1; a cleaner finishes the
+				// move, and step 2 sent again lands nothing
+				if err := q.Publish("5"); err != nil {
+					t.Fatal(err)
+				}
+				d := mustTake(t, q, time.Second)
+				c.afterStage = runtime.Goexit
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_ = d.Push()
+				}()
+				<-done
+				c.afterStage = nil
+				fields := outbox(t, q)
+				if len(fields) != 1 {
+					t.Fatalf("outbox holds %v", fields)
+				}
+				v := c.client.HGet(ctx, q.keys.outbox, fields[0]).Val()
+				env := v[strings.Index(v[strings.Index(v, "|")+1:], "|")+strings.Index(v, "|")+2:]
+				if _, err := q.finishStaged(ctx); err != nil {
+					t.Fatal(err)
+				}
+				n, err := scripts.moveApply.Run(ctx, c.client, dst.keys.block0(), q.name, fields[0], env).Int64()
+				if err != nil || n != 0 {
+					t.Fatalf("step 2 sent again applied %d, %v; want 0", n, err)
+				}
+				want = 5
+			}
+			for n := int64(0); n < want; n++ {
+				if err := mustTake(t, dst, time.Second).Ack(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			info, err := i.Queue(ctx, "failed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Published != want || info.Acked != want {
+				t.Fatalf("staged=%v: push queue published %d, acked %d; want %d, %d", staged, info.Published, info.Acked, want, want)
+			}
+		}
+	})
+}
+
