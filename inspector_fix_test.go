@@ -326,3 +326,28 @@ func TestCounterPushPublishedOnTarget(t *testing.T) {
 	})
 }
 
+// A delivery that expires into rejected (keep_expired) counts as rejected,
+// so that the counters' rejected matches what reached the rejected list.
+func TestCounterExpiredIntoRejected(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := newSchedClock(b)
+		ns := namespace()
+		c := openT(t, b, "keep", ns)
+		q, err := c.OpenQueue("q", WithKeepExpired(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const ttl = 300 * time.Millisecond
+		mustPut(t, q, "x", TTL(ttl))
+		clock.pass(ttl + 200*time.Millisecond)
+		schedNothingReady(t, q, "after the TTL")
+		schedWantStats(t, c, "q", schedCounts{expired: 1, rejected: 1})
+		info, err := newInspectorT(t, b, ns).Queue(context.Background(), "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Rejects != 1 {
+			t.Fatalf("rejected total %d after an expiry into rejected, want 1", info.Rejects)
+		}
+	})
+}
