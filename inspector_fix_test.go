@@ -351,3 +351,37 @@ func TestCounterExpiredIntoRejected(t *testing.T) {
 		}
 	})
 }
+
+// The three answers of a by-id action that cannot act, as docs/inspector.md
+// lists them: held → ErrorHeld only; gone → ErrorNotFound only; a state
+// the action does not apply to → *ArgumentError on "delivery state".
+func TestInspectorActionErrorKinds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "c", ns)
+		q := openQueue(t, c, "jobs")
+		i := newInspectorT(t, b, ns)
+		mustPut(t, q, "held")
+		held := mustTake(t, q, time.Second)
+		for _, f := range []func(context.Context, string, string) error{i.Delete, i.Retry} {
+			if err := f(ctx, "jobs", held.ID()); !errors.Is(err, ErrorHeld) || errors.Is(err, ErrorNotFound) || errors.Is(err, ErrorInvalidArgument) {
+				t.Fatalf("action on a held delivery: %v, want ErrorHeld only", err)
+			}
+		}
+		if err := held.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []func(context.Context, string, string) error{i.Delete, i.Retry} {
+			if err := f(ctx, "jobs", held.ID()); !errors.Is(err, ErrorNotFound) || errors.Is(err, ErrorHeld) {
+				t.Fatalf("action on an acked delivery: %v, want ErrorNotFound only", err)
+			}
+		}
+		mustPut(t, q, "ready")
+		id := listAll(t, i, "jobs", ListOptions{State: StateReady})[0].ID
+		var ae *ArgumentError
+		if err := i.Retry(ctx, "jobs", id); !errors.As(err, &ae) || ae.Arg != "delivery state" || errors.Is(err, ErrorNotFound) {
+			t.Fatalf("Retry of a ready delivery: %v, want an *ArgumentError on delivery state", err)
+		}
+	})
+}
