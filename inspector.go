@@ -186,7 +186,8 @@ type QueueInfo struct {
 	// the connections registered for the queue.
 	Consumers, Connections int64
 	// Published, Acked, Rejects and Retried are totals kept in Redis
-	// since the queue was created.
+	// since the queue was created or last destroyed (see "Counters" in
+	// docs/inspector.md for what each counts).
 	Published, Acked, Rejects, Retried int64
 }
 

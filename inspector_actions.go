@@ -41,25 +41,19 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 		return errInspect(verb+" "+id, queue, argError("delivery state", string(f.state), fmt.Sprintf("%s applies to %v deliveries", verb, allowed)))
 	}
 	k := newQueueKeys(i.opts.namespace, queue)
-	if f.state == StateKeyed {
-		// a keyed item pending: deleting it cancels its key
-		n, err := i.keyedCall(ctx, scripts.keyedCancel, k, f.e.key)
-		if err != nil {
-			return errInspect(verb+" "+id, queue, err)
-		}
-		if n != 1 {
-			return errInspect(verb+" "+id, queue, errMoved(id))
-		}
-		return nil
-	}
-	where := "j"
+	args := []any{what, "j", f.e.env}
 	switch f.state {
+	case StateKeyed:
+		// a pending keyed item: by its key, and only while the key's
+		// pending item is still this delivery (a take meanwhile, then a new
+		// upsert, gives the key another item, which must not be touched)
+		args = []any{what, "k", f.e.key, rawID}
 	case StateDelayed:
-		where = "d"
+		args[1] = "d"
 	case StateReady:
-		where = "r" + strconv.Itoa(f.e.level)
+		args[1] = "r" + strconv.Itoa(f.e.level)
 	}
-	n, err := scripts.inspectAct.Run(ctx, i.client, k.block0(), what, where, f.e.env).Int64()
+	n, err := scripts.inspectAct.Run(ctx, i.client, k.block0(), args...).Int64()
 	if err != nil {
 		return errInspect(verb+" "+id, queue, err)
 	}
@@ -79,15 +73,17 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	return i.act(ctx, "delete", queue, id, "D", StateReady, StateDelayed, StateRejected, StateKeyed)
 }
 
-// Retry moves a rejected or delayed delivery to the back of ready now, and
-// counts it as retried. A rejected one starts over as if published anew
-// (its attempts from 0, as ReturnRejected does); a keyed one is upserted by
-// its key. Like Delete it acts only on the exact envelope it found: one
-// that moved meanwhile gives an error matching ErrorNotFound and changes
-// nothing. Unacked deliveries are refused with ErrorHeld, others with an
-// *ArgumentError.
+// Retry moves a rejected or delayed delivery to the back of ready now. A
+// rejected one starts over as if published anew (its attempts from 0, as
+// ReturnRejected does; a keyed one is upserted by its key) and counts as
+// retried (it goes back to ready after a take); a delayed one, or a
+// pending keyed item (listed as delayed or keyed), is made due now, as
+// RunNow does, and is not counted (it was not taken). Like Delete it acts
+// only on the delivery it found: one that moved meanwhile gives an error
+// matching ErrorNotFound and changes nothing. Unacked deliveries are
+// refused with ErrorHeld, ready ones with an *ArgumentError.
 func (i *Inspector) Retry(ctx context.Context, queue, id string) error {
-	return i.act(ctx, "retry", queue, id, "T", StateRejected, StateDelayed)
+	return i.act(ctx, "retry", queue, id, "T", StateRejected, StateDelayed, StateKeyed)
 }
 
 // keyedCall runs a keyed script (keyed_cancel.lua, keyed_run_now.lua) for

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -445,8 +446,15 @@ func procQueueState(c Connection, queue string) string {
 // procWantEmpty asserts that nothing of the queue is left in Redis: no
 // ready, rejected or unacked deliveries, no unacked storage of any
 // connection, and a cleaner finds nothing to return. What may stay: the
-// registrations, the counters, and the records that answer repeated calls
-// of dead connections, which must be on their way out (a TTL).
+// registrations, the counters (the meta hash, holding nothing but them:
+// no pause, no stale keyed stubs; only Destroy deletes them, see
+// TestDestroyClearsPauseAndCounters), and the records that answer
+// repeated calls of dead connections, which must be on their way out (a
+// TTL).
+// procCounterField matches the fields of the counters in a queue's meta
+// hash (see tally in scripts/lib.lua).
+var procCounterField = regexp.MustCompile(`^(n[part]|[mpart][0-9]+|expired)$`)
+
 func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection, ns, queue string) {
 	t.Helper()
 	wantCounts(t, admin, queue, 0, 0, 0)
@@ -459,7 +467,16 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 		t.Fatal(err)
 	}
 	for _, key := range keys {
-		if key == k.consumers || key == k.meta() || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
+		if key == k.meta() {
+			m, _ := client.HGetAll(context.Background(), key).Result()
+			for f, v := range m {
+				if !procCounterField.MatchString(f) && (f != "kstale" || v != "0") {
+					t.Errorf("the meta hash holds %s=%q, not a counter", f, v)
+				}
+			}
+			continue
+		}
+		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
 			continue
 		}
 		rest := strings.TrimPrefix(key, k.prefix+":")

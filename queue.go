@@ -114,8 +114,10 @@ type Queue interface {
 	PurgeReady() (int64, error)
 	// PurgeRejected deletes all rejected deliveries and returns how many.
 	PurgeRejected() (int64, error)
-	// Destroy purges ready, rejected and delayed deliveries and the
-	// queue's counters, and unlists the queue; ErrorNotFound (after the
+	// Destroy purges ready, rejected and delayed deliveries, ends a pause
+	// (Pause) and resets the queue's counters, and unlists the queue: a
+	// queue opened again under the name starts from zero, unpaused.
+	// ErrorNotFound (after the
 	// purge, as in rmq) when it was not listed. Unacked deliveries stay
 	// with their connections and can still be acked.
 	Destroy() (readyCount, rejectedCount int64, err error)
@@ -1127,7 +1129,12 @@ func (q *redisQueue) DestroyContext(ctx context.Context) (readyCount, rejectedCo
 	if _, err := q.finishStaged(ctx); err != nil {
 		return 0, 0, err
 	}
-	n, err := q.purge(ctx, "rjd")
+	// 'd' also ends a pause: the resume list goes with the flag
+	v, err := scripts.purge.Run(ctx, q.conn.client, q.keys.scriptKeys(q.keys.resume(), nil), "rjd").Result()
+	if err != nil {
+		return 0, 0, errorf("redq: purge %q: %w", q.name, err)
+	}
+	n, err := int64s(v)
 	if err != nil {
 		return 0, 0, err
 	}

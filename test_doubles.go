@@ -372,8 +372,13 @@ func (q *TestQueue) PurgeReady() (int64, error) {
 func (q *TestQueue) PurgeRejected() (int64, error) { return 0, nil }
 
 // Destroy purges the published payloads.
+// Destroy purges the recorded payloads and ends a pause, as Destroy does
+// in Redis.
 func (q *TestQueue) Destroy() (int64, int64, error) {
 	n, err := q.PurgeReady()
+	q.mu.Lock()
+	q.paused = false
+	q.mu.Unlock()
 	return n, 0, err
 }
 

@@ -135,7 +135,7 @@ for i = 1, #items do
       m = meta(e)
     end
     if m and m[5] > 0 and m[5] <= now then
-      expire(P, e)
+      expire(P, e, now)
     else
       local id = string.sub(e, 2, IDLEN + 1)
       if seen[id] then

@@ -6,14 +6,58 @@
 -- was no longer there.
 --
 -- ARGV[1] what: 'D' delete, 'T' retry (to the back of its priority's
--- ready line, now); ARGV[2] where: 'j' rejected, 'd' delayed, or 'r'
--- followed by the priority (a ready list); ARGV[3] the envelope.
--- A retried delivery is counted as retried (see tally); one from rejected
+-- ready line, now); ARGV[2] where: 'j' rejected, 'd' delayed, 'r'
+-- followed by the priority (a ready list), or 'k' a pending keyed item
+-- (see below); ARGV[3] the envelope.
+-- A delivery retried from rejected is counted as retried (see tally) and
 -- starts over as if published anew (attempts 0, as ReturnRejected does),
 -- a keyed one is upserted by its key.
 -- KEYS: the queue's keys (see scriptKeys in keys.go)
 local P = queue_keys()
 local what, where, e = ARGV[1], ARGV[2], ARGV[3]
+
+-- A pending keyed item, by key (ARGV[3]) and its delivery id (ARGV[4], the
+-- id bytes): acts only when the key's pending record still holds that id,
+-- so that an item taken meanwhile, and whatever the key holds since (a new
+-- item, a parked successor, which is in kpark and never touched here), is
+-- left alone. 'D' removes the item (its stub from the delayed set, or left
+-- stale in its ready list, as keyed_cancel.lua); 'T' makes it due now (as
+-- keyed_run_now.lua). Not counted: the item was not taken.
+if where == 'k' then
+  local K = keyed()
+  local key, id = ARGV[3], ARGV[4]
+  local kp = P.kpend
+  local r = redis.call('HGET', kp, key)
+  if not r then
+    return 0
+  end
+  local s, ke = K.parse_rec(r)
+  if string.sub(ke, 2, IDLEN + 1) ~= id then
+    return 0
+  end
+  local m, stop = meta(ke)
+  local st = K.stub(m[2], s[1], key)
+  local delayed = redis.call('ZREM', P.delayed, st) == 1
+  if what == 'D' then
+    if not delayed then
+      -- its stub waits in a ready list: left there, stale
+      redis.call('HINCRBY', P.meta, 'kstale', 1)
+    end
+    redis.call('HDEL', kp, key)
+    return 1
+  end
+  if delayed then
+    local now = now_ms()
+    m[8] = now
+    if m[4] > 0 then
+      m[5] = now + m[4]
+    end
+    redis.call('HSET', kp, key, K.make_rec(s, with_meta(ke, m, stop)))
+    push_ready(P, m[2], {st}, false)
+  end
+  return 1
+end
+
 local removed
 if where == 'j' then
   removed = redis.call('LREM', P.rejected, 1, e)
@@ -51,5 +95,10 @@ if string.byte(e, 1) == 4 and m then
 else
   push_ready(P, p, {e}, false)
 end
-tally(P.meta, 't', 1, now)
+-- retried counts what went back to ready after a take: a rejected
+-- delivery was taken; a delayed one that is made due now was not (one
+-- that a take released with a delay was counted by release.lua)
+if where == 'j' then
+  tally(P.meta, 't', 1, now)
+end
 return 1

@@ -201,12 +201,13 @@ local function tally(mk, c, n, now)
 end
 
 -- Count a delivery whose time to live ran out; keep it in rejected when the
--- queue is configured so.
-local function expire(P, e)
+-- queue is configured so, and count it as rejected then (see tally).
+local function expire(P, e, now)
   local mk = P.meta
   redis.call('HINCRBY', mk, 'expired', 1)
   if redis.call('HGET', mk, 'keep_expired') == '1' then
     redis.call('LPUSH', P.rejected, e)
+    tally(mk, 'r', 1, now)
   end
 end
 
@@ -522,7 +523,7 @@ local function promote(P, now, max)
       end
     end
     if m and m[5] > 0 and m[5] <= now then
-      expire(P, e)
+      expire(P, e, now)
     else
       add_level(groups, p, e)
     end
@@ -753,7 +754,7 @@ local function drop_expired(P, now, max)
         redis.call('RPOP', key)
         local item = keyed().take_stub(P, e)
         if item then
-          expire(P, item)
+          expire(P, item, now)
           dropped = dropped + 1
         end
       else
@@ -762,7 +763,7 @@ local function drop_expired(P, now, max)
           break
         end
         redis.call('RPOP', key)
-        expire(P, e)
+        expire(P, e, now)
         dropped = dropped + 1
       end
     end

@@ -20,20 +20,27 @@ local D = queue_keys()
 local src = ARGV[1]
 local MOVED_KEEP = 86400000
 local now = now_ms()
-local applied = 0
+local applied, published = 0, 0
 for i = 2, #ARGV, 2 do
   local id = src .. '|' .. ARGV[i]
   if not redis.call('ZSCORE', D.moved, id) then
     local e = ARGV[i + 1]
     if string.byte(e, 1) == 4 and meta(e) then
-      keyed().adopt(D, e, now)
+      local o = keyed().adopt(D, e, now)
+      if o == keyed().CREATED or o == keyed().QUEUED then
+        published = published + 1
+      end
     else
       redis.call('LPUSH', D.ready, e)
+      published = published + 1
     end
     redis.call('ZADD', D.moved, now, id)
     applied = applied + 1
   end
 end
+-- counted as published here, in the destination, once per move (as an
+-- upsert is, for a keyed one): a move applied again lands nothing
+tally(D.meta, 'p', published, now)
 redis.call('ZREMRANGEBYSCORE', D.moved, '-inf', now - MOVED_KEEP)
 redis.call('PEXPIRE', D.moved, MOVED_KEEP)
 return applied

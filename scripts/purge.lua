@@ -1,10 +1,14 @@
 -- Delete a queue's ready deliveries (every priority) when ARGV[1] has 'r',
--- its rejected ones when it has 'j', and its delayed ones and counters when
--- it has 'd' (settings such as keep_expired stay). Keyed items go with
--- their stubs; 'd' deletes every pending keyed item. Returns {ready,
--- rejected, delayed} as counted before.
--- KEYS: the queue's keys (see scriptKeys in keys.go); ARGV[1] what
-local P, what = queue_keys(), ARGV[1]
+-- its rejected ones when it has 'j', and its delayed ones, its counters
+-- (expired, published, acked, rejected, retried and their ring of minutes)
+-- and its pause when it has 'd' (Destroy: a queue opened again under the
+-- name starts from zero and unpaused; settings such as keep_expired stay).
+-- Keyed items go with their stubs; 'd' deletes every pending keyed item.
+-- Returns {ready, rejected, delayed} as counted before.
+-- KEYS: the queue's keys (see scriptKeys in keys.go), with the queue's
+-- resume list as the script's own key for 'd' (see pause.lua); ARGV[1] what
+local P, own = queue_keys()
+local what = ARGV[1]
 local out = {0, 0, 0}
 if string.find(what, 'r', 1, true) then
   local ready = P.ready
@@ -49,7 +53,18 @@ if string.find(what, 'd', 1, true) then
   out[3] = redis.call('ZCARD', P.delayed)
   -- not seq: ids made from it must stay unique while unacked ones live
   redis.call('DEL', P.delayed)
-  redis.call('HDEL', P.meta, 'expired')
+  -- the counters (see tally in lib.lua) and the pause, whose resume list
+  -- would otherwise wake waiters of the next pause
+  local fields = {'expired', 'paused', 'np', 'na', 'nr', 'nt'}
+  for i = 0, HSLOTS - 1 do
+    for _, c in ipairs({'m', 'p', 'a', 'r', 't'}) do
+      fields[#fields + 1] = c .. i
+    end
+  end
+  redis.call('HDEL', P.meta, unpack(fields))
+  if own ~= P.ready then
+    redis.call('DEL', own)
+  end
   -- every pending keyed item, parked ones too; running ones stay with
   -- their connections and can still be settled
   redis.call('DEL', P.kpend, P.kpark)

@@ -21,7 +21,8 @@
 -- KEYS: the queue's keys with the storage of the connection, and for 'P'
 -- the destination queue's block (see scriptKeys in keys.go); for 'a' the
 -- short layout below. Acks and rejections are counted (see tally in
--- lib.lua); hand-backs and pushes are not.
+-- lib.lua), and pushes as published in the destination; hand-backs are
+-- not.
 -- ARGV[1] connection name, ARGV[2] 'A' ack, 'a' ack of takes that are
 -- none keyed, 'L' reject (to the tail of
 -- rejected), 'P' push on (to the tail of the destination queue's ready
@@ -82,7 +83,7 @@ local lk = P.leases
 local leases = redis.call('EXISTS', lk) == 1
 local out, flags, groups = {1}, {}, {}
 local now = nil
-local settled = 0
+local settled, pushed = 0, 0
 for i = 5, #ARGV do
   local f, done = ARGV[i], 0
   local kt = is_keyed_take(f)
@@ -103,8 +104,12 @@ for i = 5, #ARGV do
           keyed().key_returned(P, key, e, now, now, true)
         else
           if mode == 'P' then
-            -- pushed on: upserted into the other queue by its key
-            keyed().adopt(D, e, now)
+            -- pushed on: upserted into the other queue by its key (counted
+            -- there as an upsert is: when it made or queued an item)
+            local o = keyed().adopt(D, e, now)
+            if o == keyed().CREATED or o == keyed().QUEUED then
+              pushed = pushed + 1
+            end
           elseif mode == 'S' then
             redis.call('HSET', P.outbox, f, now .. '|' .. stage .. '|' .. e)
           elseif mode == 'L' then
@@ -123,6 +128,7 @@ for i = 5, #ARGV do
           add_level(groups, p, e)
         elseif mode == 'P' then
           redis.call('LPUSH', D.ready, e)
+          pushed = pushed + 1
         elseif mode == 'S' then
           redis.call('HSET', P.outbox, f, now .. '|' .. stage .. '|' .. e)
         else
@@ -148,6 +154,10 @@ if mode == 'A' then
   tally(P.meta, 'a', settled, now or now_ms())
 elseif mode == 'L' then
   tally(P.meta, 'r', settled, now or now_ms())
+elseif mode == 'P' then
+  -- a push is published into the push queue (a staged one is counted
+  -- there by move_apply.lua, once)
+  tally(D.meta, 'p', pushed, now or now_ms())
 end
 redis.call('HSET', rk, field, token .. '|' .. table.concat(flags))
 return out
