@@ -361,6 +361,9 @@ func TestDemoEmbedded(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, r.stderr)
 	}
 	checkSummary(t, r.stdout.String())
+	if t.Failed() {
+		t.Logf("the demo's stderr:\n%s", r.stderr)
+	}
 	if _, err := http.Get(url); err == nil {
 		t.Error("the stats page still answers after the demo stopped")
 	}
