@@ -1321,6 +1321,46 @@ func TestProcessLostRepliesAreHarmless(t *testing.T) {
 		wantCounts(t, admin, "jobs", 0, 0, 0)
 	})
 
+	// The reply of the fetch under way when consuming stops is lost: the
+	// deliveries it took must go back to ready with the buffered ones, not
+	// stay with the stopped connection until a cleaner comes.
+	t.Run("fetch at stop", func(t *testing.T) {
+		const n = 10
+		admin, _, p, ns := setup(t)
+		// go-redis does not send the fetch again itself (as after a read
+		// timeout): the fetch fails, with consuming stopping.
+		proxied := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
+		t.Cleanup(func() { proxied.Close() })
+		worker, err := openConn(proxied, "worker", nil, WithNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-worker.StopAllConsuming() })
+		procPublish(t, openQueue(t, admin, "jobs"), procPayloads("job", n))
+		q := openQueue(t, worker, "jobs")
+		p.armHold(procScriptPatterns(scripts.fetch)...)
+		if err := q.StartConsuming(n, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		p.awaitTrip(t, 1)
+		stopped := q.StopConsuming()
+		time.Sleep(50 * time.Millisecond) // the stop is under way
+		p.releaseHeld()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatal("StopConsuming did not end")
+		}
+		held, err := direct.HLen(context.Background(), newQueueKeys(ns, "jobs").unacked(worker.Name())).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Errorf("the connection stopped consuming holds %d deliveries taken by the fetch whose reply was lost", held)
+		}
+		wantCounts(t, admin, "jobs", n, 0, 0)
+	})
+
 	t.Run("take", func(t *testing.T) {
 		admin, worker, p, ns := setup(t)
 		procPublish(t, openQueue(t, admin, "jobs"), []string{"a", "b"})

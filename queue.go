@@ -193,6 +193,11 @@ type redisQueue struct {
 	// fetchToken names the next fetch call; it changes only after a fetch
 	// succeeded, so a call repeated after an error is recognised.
 	fetchToken uint64
+	// unsure is the last fetch when it failed (its reply may have been
+	// lost after it took), until a fetch succeeds: what the stop sends
+	// again (see settleUnsureFetch). Only the fetch loop touches it, and
+	// the stop once the loop is over.
+	unsure *unsureFetch
 	// itemSize is the mean size of the deliveries the last fetch moved
 	// (0 before the first); only the fetch loop touches it.
 	itemSize int
@@ -364,6 +369,7 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 	q.stopCancel()
 	go func() {
 		q.interruptFetch()
+		q.settleUnsureFetch()
 		q.workers.Wait()
 		q.returnBuffered()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -395,6 +401,43 @@ func (q *redisQueue) interruptFetch() {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// unsureFetch is a fetch that failed: its registration and size.
+type unsureFetch struct {
+	reg *registration
+	n   int64
+}
+
+// settleUnsureFetch runs once the fetch loop is over. When its last fetch
+// failed, Redis may have run it and lost the reply (a read timeout, a
+// broken connection that go-redis did not retry), and the deliveries it
+// took would stay in the connection's storage after the stop, unworked,
+// until a cleaner returns them. The loop would have sent it again had it
+// gone on; the stop does so, under the same token, so that Redis answers
+// with the deliveries that call took (or, if it never ran, takes them now)
+// and they go back to ready with the buffered ones.
+func (q *redisQueue) settleUnsureFetch() {
+	u := q.unsure
+	q.unsure = nil
+	if u == nil || u.reg.dead.Load() {
+		return // nothing in doubt, or the cleaner's
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sent := time.Now()
+	t, err := q.takeRaw(ctx, u.reg, u.n, q.fetchField(), q.fetchToken, q.prefetchLimit)
+	if err != nil {
+		if !isLost(err) {
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: errorf("resend a fetch whose reply was lost: %w", err), Count: 1})
+		}
+		return
+	}
+	q.fetchToken++
+	ds := q.deliveries(t, sent)
+	q.mu.Lock()
+	q.leftovers = append(q.leftovers, ds...)
+	q.mu.Unlock()
 }
 
 // returnBuffered hands deliveries that were fetched but never given to a
@@ -764,8 +807,10 @@ func (q *redisQueue) fetch(ctx context.Context, reg *registration, n int64) (int
 		q.conn.observe(EventFetch, q.name, "", len(t.envs), sent, err)
 	}
 	if err != nil {
+		q.unsure = &unsureFetch{reg: reg, n: n}
 		return 0, 0, err
 	}
+	q.unsure = nil
 	q.fetchToken++
 	size := 0
 	for _, s := range t.envs {
