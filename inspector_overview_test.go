@@ -246,3 +246,28 @@ func TestInspectorOverviewRoundTrips(t *testing.T) {
 		sameOverview(t, "after SCRIPT FLUSH", again, o)
 	})
 }
+
+// On a Redis Cluster client, whose pipelines go-redis splits by node,
+// Overview still returns what the separate reads return, also after every
+// node's script cache was emptied.
+func TestInspectorOverviewOnCluster(t *testing.T) {
+	onCluster(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		fillOverview(t, b, ns)
+		i := newInspectorT(t, b, ns)
+		o, err := i.Overview(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameOverview(t, "cluster", o, separately(t, i))
+		if err := b.client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		again, err := i.Overview(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameOverview(t, "cluster after SCRIPT FLUSH", again, separately(t, i))
+	})
+}
