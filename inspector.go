@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ type Inspector struct {
 	// name and tokens name the Inspector's keyed calls (see keyedCall).
 	name   string
 	tokens atomic.Int64
+	// regs is the connections registered per queue at the last Overview,
+	// its guess of the unacked counts to read (see unackedGuess).
+	regsMu sync.Mutex
+	regs   map[string][]string
 }
 
 // NewInspector returns an Inspector on client for the namespace set by

@@ -73,6 +73,8 @@ func TestInspectorReadsWriteNothing(t *testing.T) {
 		read("History", err)
 		_, err = i.Connections(ctx)
 		read("Connections", err)
+		_, err = i.Overview(ctx)
+		read("Overview", err)
 		_, err = i.Stats(ctx)
 		read("Stats", err)
 		_, err = i.Timers(ctx)

@@ -108,19 +108,14 @@ func (c *overviewCache) rates() (map[string][3]float64, bool) {
 	return out, true
 }
 
+// readOverview reads the overview page's numbers in one Overview call: two
+// round trips to Redis, however many queues there are.
 func readOverview(ctx context.Context, src source) (*overviewData, error) {
-	d := &overviewData{At: time.Now()}
-	var err error
-	if d.Queues, err = src.Queues(ctx); err != nil {
+	o, err := src.Overview(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if d.Timers, err = src.Timers(ctx); err != nil {
-		return nil, err
-	}
-	if d.Rounds, err = src.Rounds(ctx); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return &overviewData{At: time.Now(), Queues: o.Queues, Timers: o.Timers, Rounds: o.Rounds}, nil
 }
 
 // historyCache keeps each queue's last hour for a while: it changes once a

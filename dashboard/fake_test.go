@@ -81,6 +81,25 @@ func (f *fakeSource) info(q *fakeQueue) redq.QueueInfo {
 
 func (f *fakeSource) Namespace() string { return "test" }
 
+// Overview is the four reads of the fake together, failing as they do.
+func (f *fakeSource) Overview(ctx context.Context) (redq.Overview, error) {
+	var o redq.Overview
+	var err error
+	if o.Queues, err = f.Queues(ctx); err != nil {
+		return redq.Overview{}, err
+	}
+	if o.Connections, err = f.Connections(ctx); err != nil {
+		return redq.Overview{}, err
+	}
+	if o.Timers, err = f.Timers(ctx); err != nil {
+		return redq.Overview{}, err
+	}
+	if o.Rounds, err = f.Rounds(ctx); err != nil {
+		return redq.Overview{}, err
+	}
+	return o, nil
+}
+
 func (f *fakeSource) Queues(ctx context.Context) ([]redq.QueueInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

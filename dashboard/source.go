@@ -12,6 +12,7 @@ import (
 // on a real Redis (an outage between two requests, for example).
 type source interface {
 	Namespace() string
+	Overview(ctx context.Context) (redq.Overview, error)
 	Queues(ctx context.Context) ([]redq.QueueInfo, error)
 	Queue(ctx context.Context, name string) (redq.QueueInfo, error)
 	History(ctx context.Context, queue string, since time.Duration) ([]redq.RatePoint, error)

@@ -19,12 +19,22 @@ import (
 )
 
 // Source is what a Collector reads on each scrape; *redq.Inspector is
-// one.
+// one. A Source that is also an OverviewSource is read with its one
+// Overview call instead of the four.
 type Source interface {
 	Queues(ctx context.Context) ([]redq.QueueInfo, error)
 	Connections(ctx context.Context) ([]redq.ConnectionInfo, error)
 	Timers(ctx context.Context) (map[string]redq.TimerStat, error)
 	Rounds(ctx context.Context) (map[string]redq.RoundStat, error)
+}
+
+// OverviewSource is a Source that reads all four parts at once, as
+// *redq.Inspector's Overview does in two round trips to Redis (the four
+// separate reads take nine). A Collector over an OverviewSource calls
+// only Overview.
+type OverviewSource interface {
+	Source
+	Overview(ctx context.Context) (redq.Overview, error)
 }
 
 // DefaultTimeout bounds the Redis reads of one scrape.
@@ -44,23 +54,27 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithoutConnections leaves out redq_connections, which costs a read of
-// every connection's registrations per scrape. Default: included.
+// every connection's registrations per scrape. Default: included. Over an
+// OverviewSource, which reads everything in one call, it leaves out the
+// metric only.
 func WithoutConnections() Option {
 	return func(c *Collector) { c.connections = false }
 }
 
 // WithoutTimersAndRounds leaves out the timer and round metrics. Default:
-// included.
+// included. Over an OverviewSource it leaves out the metrics only.
 func WithoutTimersAndRounds() Option {
 	return func(c *Collector) { c.timersRounds = false }
 }
 
 // Collector is a prometheus.Collector over a Source (an *redq.Inspector):
 // on each scrape it reads every queue's counts and totals, the
-// connections, the timer sets and the rounds, concurrently, and reports
-// them as the redq_* metrics listed in docs/metrics.md. When a read fails
-// it reports redq_up 0 and what it could read; the scrape itself does not
-// fail.
+// connections, the timer sets and the rounds, and reports them as the
+// redq_* metrics listed in docs/metrics.md. An OverviewSource is read in
+// one call (two round trips to Redis for an Inspector, whatever the number
+// of queues); another Source with its four reads, concurrently. When a
+// read fails it reports redq_up 0 and what it could read (nothing when the
+// one Overview call failed); the scrape itself does not fail.
 type Collector struct {
 	src          Source
 	timeout      time.Duration
@@ -137,15 +151,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		rounds map[string]redq.RoundStat
 		errs   [4]error
 	)
-	wg.Go(func() { queues, errs[0] = c.src.Queues(ctx) })
-	if c.connections {
-		wg.Go(func() { conns, errs[1] = c.src.Connections(ctx) })
+	if ov, ok := c.src.(OverviewSource); ok {
+		o, err := ov.Overview(ctx)
+		queues, conns, timers, rounds = o.Queues, o.Connections, o.Timers, o.Rounds
+		errs = [4]error{err, err, err, err}
+	} else {
+		wg.Go(func() { queues, errs[0] = c.src.Queues(ctx) })
+		if c.connections {
+			wg.Go(func() { conns, errs[1] = c.src.Connections(ctx) })
+		}
+		if c.timersRounds {
+			wg.Go(func() { timers, errs[2] = c.src.Timers(ctx) })
+			wg.Go(func() { rounds, errs[3] = c.src.Rounds(ctx) })
+		}
+		wg.Wait()
 	}
-	if c.timersRounds {
-		wg.Go(func() { timers, errs[2] = c.src.Timers(ctx) })
-		wg.Go(func() { rounds, errs[3] = c.src.Rounds(ctx) })
+	if !c.timersRounds {
+		timers, rounds = nil, nil
 	}
-	wg.Wait()
 	up := 1.0
 	for _, err := range errs {
 		if err != nil {

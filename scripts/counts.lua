@@ -14,26 +14,19 @@ for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
     ready = ready + redis.call('LLEN', k)
   end
 end
-local m = redis.call('HMGET', P.meta, 'expired', 'kstale', 'paused', 'np', 'na', 'nr', 'nt')
+local m = redis.call('HMGET', P.meta, 'expired', 'kstale', 'paused', 'np', 'na', 'nr', 'nt', 'lm')
 ready = ready - tonumber(m[2] or '0')
 local paused = 0
 if m[3] then
   paused = 1
 end
--- the totals: what left the ring, and the ring's minutes
+-- the totals: the minutes before the last one counted, and that minute's
 local totals = {tonumber(m[4] or '0'), tonumber(m[5] or '0'), tonumber(m[6] or '0'), tonumber(m[7] or '0')}
-local fields = {}
-for s = 0, HSLOTS - 1 do
-  fields[#fields + 1] = 'p' .. s
-  fields[#fields + 1] = 'a' .. s
-  fields[#fields + 1] = 'r' .. s
-  fields[#fields + 1] = 't' .. s
-end
-local ring = redis.call('HMGET', P.meta, unpack(fields))
-for i = 1, #ring do
-  if ring[i] then
-    local c = (i - 1) % 4 + 1
-    totals[c] = totals[c] + tonumber(ring[i])
+if m[8] then
+  local s = tonumber(m[8]) % HSLOTS
+  local last = redis.call('HMGET', P.meta, 'p' .. s, 'a' .. s, 'r' .. s, 't' .. s)
+  for c = 1, 4 do
+    totals[c] = totals[c] + tonumber(last[c] or '0')
   end
 end
 return {ready, redis.call('LLEN', P.rejected), redis.call('ZCARD', P.delayed), tonumber(m[1] or '0'),

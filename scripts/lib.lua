@@ -173,12 +173,15 @@ end
 -- Counters of a queue, kept in its meta hash (see History in
 -- inspector.go), by Redis's clock: a ring of HSLOTS one-minute slots, where
 -- slot s holds the minute it counts in m<s> and that minute's counts in
--- <c><s>, and totals n<c> of the minutes that left the ring. c is p
--- (published), a (acked), r (rejected) or t (retried: went back to ready
--- after a take). The total of c is n<c> plus the ring's <c> counts. A slot
--- found holding an older minute first adds its counts to the totals and
--- starts over (once a minute at most), so the ring needs no trimming and
--- a count costs three calls (TIME, HGET, HINCRBY).
+-- <c><s>; lm, the last minute counted; and totals n<c> of the minutes
+-- before lm. c is p (published), a (acked), r (rejected) or t (retried:
+-- went back to ready after a take). The total of c is n<c> plus the <c>
+-- count of lm's slot, so reading the totals costs two small reads (see
+-- counts.lua). The first count in a later minute adds lm's counts to the
+-- totals and starts that minute's slot over (once a minute at most); a
+-- slot that comes round again was folded when it was lm, so the ring needs
+-- no trimming and a count costs three calls (TIME, HGET, HINCRBY). A clock
+-- that steps back counts into lm.
 local HSLOTS = 64
 
 local function tally(mk, c, n, now)
@@ -186,18 +189,53 @@ local function tally(mk, c, n, now)
     return
   end
   local minute = math.floor(now / 60000)
-  local s = minute % HSLOTS
-  local ms = 'm' .. s
-  if redis.call('HGET', mk, ms) ~= tostring(minute) then
-    local old = redis.call('HMGET', mk, 'p' .. s, 'a' .. s, 'r' .. s, 't' .. s)
-    for i, k in ipairs({'np', 'na', 'nr', 'nt'}) do
-      if old[i] and old[i] ~= '0' then
-        redis.call('HINCRBY', mk, k, old[i])
+  local lm = redis.call('HGET', mk, 'lm')
+  if lm ~= tostring(minute) then
+    lm = tonumber(lm)
+    local totals = {0, 0, 0, 0}
+    if lm == nil then
+      -- no lm yet: counters kept before there was one fold every slot but
+      -- this minute's into the totals, once
+      local fields = {}
+      for s = 0, HSLOTS - 1 do
+        fields[#fields + 1] = 'm' .. s
+        fields[#fields + 1] = 'p' .. s
+        fields[#fields + 1] = 'a' .. s
+        fields[#fields + 1] = 'r' .. s
+        fields[#fields + 1] = 't' .. s
+      end
+      local ring = redis.call('HMGET', mk, unpack(fields))
+      for i = 1, #ring, 5 do
+        if ring[i] and ring[i] ~= tostring(minute) then
+          for j = 1, 4 do
+            totals[j] = totals[j] + tonumber(ring[i + j] or '0')
+          end
+        end
+      end
+    elseif minute < lm then
+      minute = lm
+    else
+      local ls = lm % HSLOTS
+      local old = redis.call('HMGET', mk, 'p' .. ls, 'a' .. ls, 'r' .. ls, 't' .. ls)
+      for j = 1, 4 do
+        totals[j] = tonumber(old[j] or '0')
       end
     end
-    redis.call('HSET', mk, ms, minute, 'p' .. s, 0, 'a' .. s, 0, 'r' .. s, 0, 't' .. s, 0)
+    for j, k in ipairs({'np', 'na', 'nr', 'nt'}) do
+      if totals[j] ~= 0 then
+        redis.call('HINCRBY', mk, k, totals[j])
+      end
+    end
+    if minute ~= lm then
+      local s = minute % HSLOTS
+      if lm == nil and redis.call('HGET', mk, 'm' .. s) == tostring(minute) then
+        redis.call('HSET', mk, 'lm', minute)
+      else
+        redis.call('HSET', mk, 'm' .. s, minute, 'p' .. s, 0, 'a' .. s, 0, 'r' .. s, 0, 't' .. s, 0, 'lm', minute)
+      end
+    end
   end
-  redis.call('HINCRBY', mk, c .. s, n)
+  redis.call('HINCRBY', mk, c .. (minute % HSLOTS), n)
 end
 
 -- Count a delivery whose time to live ran out; keep it in rejected when the
