@@ -453,7 +453,7 @@ func procQueueState(c Connection, queue string) string {
 // TTL).
 // procCounterField matches the fields of the counters in a queue's meta
 // hash (see tally in scripts/lib.lua).
-var procCounterField = regexp.MustCompile(`^(n[part]|[mpart][0-9]+|expired)$`)
+var procCounterField = regexp.MustCompile(`^(n[part]|[mpart][0-9]+|lm|expired)$`)
 
 func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection, ns, queue string) {
 	t.Helper()

@@ -55,7 +55,7 @@ if string.find(what, 'd', 1, true) then
   redis.call('DEL', P.delayed)
   -- the counters (see tally in lib.lua) and the pause, whose resume list
   -- would otherwise wake waiters of the next pause
-  local fields = {'expired', 'paused', 'np', 'na', 'nr', 'nt'}
+  local fields = {'expired', 'paused', 'lm', 'np', 'na', 'nr', 'nt'}
   for i = 0, HSLOTS - 1 do
     for _, c in ipairs({'m', 'p', 'a', 'r', 't'}) do
       fields[#fields + 1] = c .. i
