@@ -369,14 +369,9 @@ func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
 	for n, q := range queues {
 		consumers[n] = pipe.HGetAll(ctx, newQueueKeys(i.opts.namespace, q).consumers)
 	}
-	type beat struct {
-		ttl     *redis.DurationCmd
-		val     *redis.StringCmd
-		stopped *redis.IntCmd
-	}
 	beats := make([]beat, len(names))
 	for n, c := range names {
-		beats[n] = beat{pipe.PTTL(ctx, i.keys.heartbeat(c)), pipe.Get(ctx, i.keys.heartbeat(c)), pipe.Exists(ctx, i.keys.stopped(c))}
+		beats[n] = i.readBeat(ctx, pipe, c)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, errorf("redq: list connections: %w", err)
@@ -384,17 +379,7 @@ func (i *Inspector) Connections(ctx context.Context) ([]ConnectionInfo, error) {
 	out := make([]ConnectionInfo, len(names))
 	byName := map[string]*ConnectionInfo{}
 	for n, c := range names {
-		ci := ConnectionInfo{Name: c, State: "dead", HeartbeatAge: -1, Unacked: map[string]int64{}, Consumers: map[string]int64{}}
-		b := beats[n]
-		if ttl := b.ttl.Val(); ttl > 0 {
-			ci.State = "active"
-			if full, err := strconv.ParseInt(b.val.Val(), 10, 64); err == nil && full > 1 {
-				ci.HeartbeatAge = max(0, time.Duration(full)*time.Millisecond-ttl)
-			}
-		} else if b.stopped.Val() == 1 {
-			ci.State = "stopped"
-		}
-		out[n] = ci
+		out[n] = beats[n].info(c)
 		byName[c] = &out[n]
 	}
 	pipe = i.client.Pipeline()
@@ -569,4 +554,33 @@ func (i *Inspector) ListRound(ctx context.Context, round string, cursor string, 
 		page.Next = encodeCursor("round", listPos{off: off + int64(len(zs))})
 	}
 	return page, nil
+}
+
+// beat is what a pipeline reads of one connection's liveness: its
+// heartbeat's time to live and value (the full TTL in ms, written by
+// heartbeat.lua) and its stopped mark.
+type beat struct {
+	ttl     *redis.DurationCmd
+	val     *redis.StringCmd
+	stopped *redis.IntCmd
+}
+
+// readBeat queues the reads of connection c's beat on pipe.
+func (i *Inspector) readBeat(ctx context.Context, pipe redis.Pipeliner, c string) beat {
+	return beat{pipe.PTTL(ctx, i.keys.heartbeat(c)), pipe.Get(ctx, i.keys.heartbeat(c)), pipe.Exists(ctx, i.keys.stopped(c))}
+}
+
+// info is connection c as its beat shows it: active with its heartbeat's
+// age, stopped, or dead (awaiting a cleaner); its per-queue maps are empty.
+func (b beat) info(c string) ConnectionInfo {
+	ci := ConnectionInfo{Name: c, State: "dead", HeartbeatAge: -1, Unacked: map[string]int64{}, Consumers: map[string]int64{}}
+	if ttl := b.ttl.Val(); ttl > 0 {
+		ci.State = "active"
+		if full, err := strconv.ParseInt(b.val.Val(), 10, 64); err == nil && full > 1 {
+			ci.HeartbeatAge = max(0, time.Duration(full)*time.Millisecond-ttl)
+		}
+	} else if b.stopped.Val() == 1 {
+		ci.State = "stopped"
+	}
+	return ci
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -101,14 +100,9 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 		}
 		qc[n] = q
 	}
-	type beat struct {
-		ttl     *redis.DurationCmd
-		val     *redis.StringCmd
-		stopped *redis.IntCmd
-	}
 	beats := make([]beat, len(conns))
 	for n, c := range conns {
-		beats[n] = beat{pipe.PTTL(ctx, i.keys.heartbeat(c)), pipe.Get(ctx, i.keys.heartbeat(c)), pipe.Exists(ctx, i.keys.stopped(c))}
+		beats[n] = i.readBeat(ctx, pipe, c)
 		plain = append(plain, beats[n].ttl, beats[n].stopped) // GET: redis.Nil without a heartbeat
 	}
 	timerNames := timersCmd.Val()
@@ -220,17 +214,7 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 	out.Connections = make([]ConnectionInfo, len(conns))
 	byName := make(map[string]*ConnectionInfo, len(conns))
 	for n, c := range conns {
-		ci := ConnectionInfo{Name: c, State: "dead", HeartbeatAge: -1, Unacked: map[string]int64{}, Consumers: map[string]int64{}}
-		b := beats[n]
-		if ttl := b.ttl.Val(); ttl > 0 {
-			ci.State = "active"
-			if full, err := strconv.ParseInt(b.val.Val(), 10, 64); err == nil && full > 1 {
-				ci.HeartbeatAge = max(0, time.Duration(full)*time.Millisecond-ttl)
-			}
-		} else if b.stopped.Val() == 1 {
-			ci.State = "stopped"
-		}
-		out.Connections[n] = ci
+		out.Connections[n] = beats[n].info(c)
 		byName[c] = &out.Connections[n]
 	}
 	for n, q := range qc {
