@@ -375,7 +375,7 @@ func (h *handler) serveDelivery(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, err)
 		return
 	case errNotFound:
-		h.failMsg(w, r, http.StatusNotFound, message{Heading: "Delivery not found", Text: fmt.Sprintf("Queue %q has no delivery %s: it was acked, deleted or never existed.", name, id), Back: h.queueURL(name, "")})
+		h.deliveryNotFound(w, r, name, id)
 		return
 	}
 	if err != nil {
@@ -413,7 +413,7 @@ func (h *handler) servePayload(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, err)
 		return
 	case errNotFound:
-		h.failMsg(w, r, http.StatusNotFound, message{Heading: "Delivery not found", Text: fmt.Sprintf("Queue %q has no delivery %s: it was acked, deleted or never existed.", name, id), Back: h.queueURL(name, "")})
+		h.deliveryNotFound(w, r, name, id)
 		return
 	}
 	if err != nil {
@@ -478,4 +478,9 @@ func (h *handler) serveRound(w http.ResponseWriter, r *http.Request) {
 	h.last.put(key, body)
 	p.Body = body
 	h.render(w, r, http.StatusOK, "round", p)
+}
+
+// deliveryNotFound answers 404 for a delivery id that is not in the queue.
+func (h *handler) deliveryNotFound(w http.ResponseWriter, r *http.Request, name, id string) {
+	h.failMsg(w, r, http.StatusNotFound, message{Heading: "Delivery not found", Text: fmt.Sprintf("Queue %q has no delivery %s: it was acked, deleted or never existed.", name, id), Back: h.queueURL(name, "")})
 }
