@@ -41,19 +41,23 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 		return errInspect(verb+" "+id, queue, argError("delivery state", string(f.state), fmt.Sprintf("%s applies to %v deliveries", verb, allowed)))
 	}
 	k := newQueueKeys(i.opts.namespace, queue)
-	args := []any{what, "j", f.e.env}
+	where, subject := "j", f.e.env
 	switch f.state {
 	case StateKeyed:
 		// a pending keyed item: by its key, and only while the key's
 		// pending item is still this delivery (a take meanwhile, then a new
 		// upsert, gives the key another item, which must not be touched)
-		args = []any{what, "k", f.e.key, rawID}
+		where, subject = "k", f.e.key
 	case StateDelayed:
-		args[1] = "d"
+		where = "d"
 	case StateReady:
-		args[1] = "r" + strconv.Itoa(f.e.level)
+		where = "r" + strconv.Itoa(f.e.level)
 	}
-	n, err := scripts.inspectAct.Run(ctx, i.client, k.block0(), args...).Int64()
+	// The token makes a resend of this call (its reply lost) answer done
+	// from the receipt the first send left, not "no longer there".
+	token := i.tokens.Add(1)
+	n, err := scripts.inspectAct.Run(ctx, i.client, k.scriptKeys("", nil, k.connKeys(i.name)),
+		what, where, subject, rawID, i.name, token).Int64()
 	if err != nil {
 		return errInspect(verb+" "+id, queue, err)
 	}

@@ -385,3 +385,65 @@ func TestInspectorActionErrorKinds(t *testing.T) {
 		}
 	})
 }
+
+// twiceHook sends every call of one script a second time once the first
+// was answered, and gives the caller the second answer: the reply of the
+// first send is lost and go-redis (or the caller) sends the same call
+// again.
+type twiceHook struct{ sha string }
+
+func (h twiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.sha {
+			return next(ctx, cmd)
+		}
+		return err
+	}
+}
+
+func (h twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A by-id action whose call is sent again after it ran (its reply lost)
+// answers done, from the receipt the first send left, and acts once: a
+// retried delivery is in ready once, a deleted one is gone, and neither
+// answer is "moved meanwhile".
+func TestInspectorActionSentTwiceAnswersDone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "c", ns)
+		q := openQueue(t, c, "jobs")
+		for _, p := range []string{"a", "b"} {
+			mustPut(t, q, p)
+		}
+		for range 2 {
+			if err := mustTake(t, q, time.Second).Reject(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		i := hookedInspector(t, b, ns, twiceHook{sha: scripts.inspectAct.Hash()})
+		// loaded, so that every call is an EVALSHA the hook sends twice
+		if err := scripts.inspectAct.Load(ctx, i.client).Err(); err != nil {
+			t.Fatal(err)
+		}
+		dead := listAll(t, i, "jobs", ListOptions{State: StateRejected})
+		if len(dead) != 2 {
+			t.Fatalf("rejected: %d, want 2", len(dead))
+		}
+		if err := i.Retry(ctx, "jobs", dead[0].ID); err != nil {
+			t.Fatalf("Retry sent twice: %v, want done", err)
+		}
+		if err := i.Delete(ctx, "jobs", dead[1].ID); err != nil {
+			t.Fatalf("Delete sent twice: %v, want done", err)
+		}
+		wantCounts(t, c, "jobs", 1, 0, 0)
+		if d := mustTake(t, q, time.Second); d.Payload() != string(dead[0].Payload) {
+			t.Fatalf("ready holds %q, want the retried %q", d.Payload(), dead[0].Payload)
+		}
+	})
+}

@@ -53,8 +53,10 @@ import (
 //	                               (kept a day)
 //	ns:{name}:done:<connection>    sorted set of take|token, by Redis time: the
 //	                               receipts of releases and rejections with a
-//	                               reason, so that the same call sent again
-//	                               answers done (kept an hour)
+//	                               reason (and, under an Inspector's name
+//	                               inspector-<random>, of its by-id actions),
+//	                               so that the same call sent again answers
+//	                               done (kept an hour)
 //	ns:{name}:published:<connection>:<field>
 //	                               the token of the last publish call that ran
 //	                               under one of the connection's publish fields,

@@ -626,10 +626,23 @@ local REPLY_KEEP = 3600000
 -- declared the connection dead meanwhile; it leaves the receipts to
 -- expire). A second call with another token finds no receipt and answers
 -- not there. Receipts are dropped after REPLY_KEEP.
+-- receipt_found tells whether receipt m is in receipt set rk: the call
+-- that left it ran already. leave_receipt adds it, by Redis time, and
+-- drops the receipts older than REPLY_KEEP.
+local function receipt_found(rk, m)
+  return redis.call('ZSCORE', rk, m) ~= false
+end
+
+local function leave_receipt(rk, m, now)
+  redis.call('ZADD', rk, now, m)
+  redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - REPLY_KEEP)
+  redis.call('PEXPIRE', rk, REPLY_KEEP)
+end
+
 local function remove_held(P, conn, field, token)
   local c = conn_keys(P, conn)
   local rk = c.done
-  if redis.call('ZSCORE', rk, field .. '|' .. token) then
+  if receipt_found(rk, field .. '|' .. token) then
     return nil, {1, 1}
   end
   if redis.call('HEXISTS', P.consumers, conn) == 0 then
@@ -641,10 +654,7 @@ local function remove_held(P, conn, field, token)
   end
   redis.call('HDEL', c.uk, field)
   redis.call('ZREM', P.leases, lease_member(field, conn))
-  local now = now_ms()
-  redis.call('ZADD', rk, now, field .. '|' .. token)
-  redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - REPLY_KEEP)
-  redis.call('PEXPIRE', rk, REPLY_KEEP)
+  leave_receipt(rk, field .. '|' .. token, now_ms())
   return e
 end
 
