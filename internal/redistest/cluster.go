@@ -415,6 +415,31 @@ func (c *Cluster) unhealthy(ctx context.Context) string {
 	return ""
 }
 
+// allSee reports whether every node that answers names owner as the master
+// of slot.
+func (c *Cluster) allSee(ctx context.Context, slot int, owner *Server) bool {
+	for _, s := range c.Nodes {
+		if ping(s.Addr(), 200*time.Millisecond) != nil {
+			continue
+		}
+		nodes, err := clusterNodes(ctx, s)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if !strings.Contains(n.flags, "master") {
+				continue
+			}
+			for _, r := range n.slots {
+				if slot >= r[0] && slot <= r[1] && n.addr != owner.Addr() {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 func (c *Cluster) alive(addr string, live []*Server) bool {
 	for _, s := range live {
 		if s.Addr() == addr {
@@ -425,12 +450,18 @@ func (c *Cluster) alive(addr string, live []*Server) bool {
 }
 
 // WaitFailover waits until a live master serves key's slot again after
-// its master was killed, and returns it.
+// its master was killed, and every live node says so, and returns it. A
+// client that loads its slot map from any node then finds the new master;
+// a node whose gossip still lags would send it to the dead one.
 func (c *Cluster) WaitFailover(ctx context.Context, key string) (*Server, error) {
+	slot, err := c.Slot(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	for {
-		s, err := c.MasterFor(ctx, key)
+		s, err := c.masterForSlot(ctx, slot)
 		if err == nil && ping(s.Addr(), 200*time.Millisecond) == nil {
-			if v, err := do(ctx, s, "INFO", "replication"); err == nil && strings.Contains(v.(string), "role:master") {
+			if v, err := do(ctx, s, "INFO", "replication"); err == nil && strings.Contains(v.(string), "role:master") && c.allSee(ctx, slot, s) {
 				return s, nil
 			}
 		}
