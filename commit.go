@@ -31,13 +31,13 @@ type committer struct {
 	fields fieldPool
 }
 
-// Settle modes, as settle.lua reads them.
+// Settle modes, as settle.lua reads them; an ack of takes none of which is
+// keyed goes to ack.lua instead.
 const (
-	modeAck      = "A" // delete
-	modeAckPlain = "a" // delete takes none of which is keyed (a shorter KEYS)
-	modeTail     = "L" // move to the tail of rejected (taken last)
-	modePush     = "P" // move to the tail of another queue's ready (its dest)
-	modeHead     = "R" // move to the head of a list (taken next)
+	modeAck  = "A" // delete (takes none of which is keyed: ack.lua)
+	modeTail = "L" // move to the tail of rejected (taken last)
+	modePush = "P" // move to the tail of another queue's ready (its dest)
+	modeHead = "R" // move to the head of a list (taken next)
 )
 
 // States of a settle request: a caller whose context ends while its
@@ -172,18 +172,20 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 			dest = &cl.key.dest.keys
 		}
 		args := make([]any, 0, 4+len(cl.ids))
-		args = append(args, cl.key.reg.name, cl.key.mode, field, token)
-		for _, id := range cl.ids {
-			args = append(args, id)
-		}
-		var keys []string
 		if cl.key.mode == modeAck && !anyKeyed(cl.ids) {
-			args[1] = modeAckPlain
-			keys = q.keys.ackKeys(cl.key.reg.name)
+			// acks of plain takes: the short form (see ack.lua)
+			args = append(args, cl.key.reg.name, field, token)
+			for _, id := range cl.ids {
+				args = append(args, id)
+			}
+			cl.rc.scriptCall = scriptCall{scripts.ack, q.keys.ackKeys(cl.key.reg.name), args}
 		} else {
-			keys = q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name))
+			args = append(args, cl.key.reg.name, cl.key.mode, field, token)
+			for _, id := range cl.ids {
+				args = append(args, id)
+			}
+			cl.rc.scriptCall = scriptCall{scripts.settle, q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name)), args}
 		}
-		cl.rc.scriptCall = scriptCall{scripts.settle, keys, args}
 		cl.rc.report = func(err error, n int) {
 			seen := map[*settleRequest]bool{}
 			for _, p := range cl.parts {

@@ -255,8 +255,8 @@ func (k queueKeys) scriptKeys(own string, dest *queueKeys, conns ...[]string) []
 	return out
 }
 
-// ackKeys is the short KEYS of settle.lua's acks of plain takes (mode
-// 'a'): consumers, leases, conn's storage and meta (the counters).
+// ackKeys is the KEYS of ack.lua (acks of plain takes): consumers,
+// leases, conn's storage and meta (the counters).
 func (k queueKeys) ackKeys(conn string) []string {
 	return append(append([]string{k.consumers, k.block[3] /* leases */}, k.connKeys(conn)...), k.meta())
 }

@@ -143,7 +143,7 @@ func TestBatchAckAcrossARedisRestartAndACleanIsNotDenied(t *testing.T) {
 	r := newFaultRig(t, direct, srv.Addr())
 	procPublish(t, openQueue(t, r.admin, "jobs"), procPayloads("job", 100))
 	ds := r.takeN(t, openQueue(t, r.worker, "jobs"), 100)
-	r.proxy.armHold(procScriptPatterns(scripts.settle)...)
+	r.proxy.armHold(procScriptPatterns(scripts.ack)...)
 	errs := make(chan map[int]error, 1)
 	go func() { errs <- ds.Ack() }()
 	r.proxy.awaitTrip(t, 1)

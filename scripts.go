@@ -25,7 +25,7 @@ var scriptFiles embed.FS
 type scriptSet struct {
 	register, heartbeat, declareDead     *redis.Script
 	stop                                 *redis.Script
-	fetch, settle                        *redis.Script
+	fetch, settle, ack                   *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
 	publish, put, release, touch         *redis.Script
@@ -163,6 +163,7 @@ func newScriptSet(prelude string) scriptSet {
 		setConsumers:        mustScript("set_consumers"),
 		fetch:               queueScript("fetch"),
 		settle:              queueScript("settle"),
+		ack:                 queueScript("ack"),
 		returnUnacked:       queueScript("return_unacked"),
 		returnRejected:      queueScript("return_rejected"),
 		purge:               queueScript("purge"),

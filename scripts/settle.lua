@@ -18,13 +18,14 @@
 -- the replies hash to expire (see return_unacked.lua) so that the repeat
 -- still learns what the first call did.
 --
+-- Acks of takes none of which is keyed, the common case, go to ack.lua,
+-- its short form, instead.
+--
 -- KEYS: the queue's keys with the storage of the connection, and for 'P'
--- the destination queue's block (see scriptKeys in keys.go); for 'a' the
--- short layout below. Acks and rejections are counted (see tally in
--- lib.lua), and pushes as published in the destination; hand-backs are
--- not.
--- ARGV[1] connection name, ARGV[2] 'A' ack, 'a' ack of takes that are
--- none keyed, 'L' reject (to the tail of
+-- the destination queue's block (see scriptKeys in keys.go). Acks and
+-- rejections are counted (see tally in lib.lua), and pushes as published
+-- in the destination; hand-backs are not.
+-- ARGV[1] connection name, ARGV[2] 'A' ack, 'L' reject (to the tail of
 -- rejected), 'P' push on (to the tail of the destination queue's ready
 -- list), 'S' followed by a queue name: stage for that queue in another
 -- cluster slot (into the outbox, see move_apply.lua), 'R' hand back to the
@@ -32,18 +33,7 @@
 -- field, ARGV[4] token, ARGV[5..] takes (fields of the unacked hash: see
 -- lease_member in lib.lua)
 local conn, mode, field, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local P, D
-if mode == 'a' then
-  -- acks of plain (not keyed) takes, the common case, get a short layout:
-  -- KEYS consumers, leases, the connection's storage and meta (see
-  -- ackKeys in keys.go). Each key costs the call about 0.2us.
-  P = {consumers = KEYS[1], leases = KEYS[2],
-    conns = {[conn] = {uk = KEYS[3], rk = KEYS[4], lost = KEYS[5], done = KEYS[6]}}, meta = KEYS[7]}
-  mode = 'A'
-else
-  local _
-  P, _, D = queue_keys(mode == 'P')
-end
+local P, _, D = queue_keys(mode == 'P')
 local stage = nil
 if string.byte(mode, 1) == 83 then
   -- 'S' and the destination's name
