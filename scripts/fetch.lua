@@ -101,6 +101,8 @@ promote(P, now, math.max(n, 100))
 local items, more = pop_ready(P, n)
 -- Kept deliveries are compacted to the front of items (dropped ones are
 -- rare), which then is the reply.
+-- ids holds the record's parts: per take its id, then 'k' or '-' (two
+-- entries, so that no string is made per take: see the record above).
 local kv, ids, seen = {}, {}, {}
 local lk = P.leases
 local fence = nil
@@ -108,10 +110,10 @@ local k = 0
 for i = 1, #items do
   local e = items[i]
   local key = nil
+  local b = string.byte(e, 1)
   if e == MARKER then
     e = nil
   else
-    local b = string.byte(e, 1)
     if b == 5 and string.match(e, '^\5%d%d+:') then
       -- a keyed item's stub: take the item it stands for (nil: stale; a
       -- look-alike another program pushed comes back as it is, no key)
@@ -131,7 +133,7 @@ for i = 1, #items do
   end
   if e then
     local m = nil
-    if string.byte(e, 1) ~= 1 then
+    if b ~= 1 then
       m = meta(e)
     end
     if m and m[5] > 0 and m[5] <= now then
@@ -151,9 +153,11 @@ for i = 1, #items do
         -- a keyed take: its field ends with 'k', and its key runs
         f = f .. 'k'
         redis.call('HSET', P.krun, key, f .. ':' .. conn)
-        ids[#ids + 1] = id .. 'k'
+        ids[#ids + 1] = id
+        ids[#ids + 1] = 'k'
       else
-        ids[#ids + 1] = id .. '-'
+        ids[#ids + 1] = id
+        ids[#ids + 1] = '-'
       end
       kv[#kv + 1] = f
       kv[#kv + 1] = e
