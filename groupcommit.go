@@ -24,13 +24,20 @@ type groupCommit[R any] struct {
 	shared  atomic.Bool // the last batch taken held more than one request
 }
 
-// flushSlots is how many flushes may be under way at once. Measured on
-// acks: 2 is faster than 1 (latency) and than 4 or more (smaller batches).
+// flushSlots is how many flushes may be under way at once, unless the user
+// of the group commit says otherwise (see ackFlushSlots). 2 is faster than
+// 1 (latency) and than 4 or more (smaller batches) where the round trip,
+// not Redis, bounds the rate.
 const flushSlots = 2
 
 func newGroupCommit[R any](flush func(slot int, batch []R)) *groupCommit[R] {
+	return newGroupCommitSlots(flush, flushSlots)
+}
+
+// newGroupCommitSlots is newGroupCommit with slots flush slots.
+func newGroupCommitSlots[R any](flush func(slot int, batch []R), slots int) *groupCommit[R] {
 	g := &groupCommit[R]{flush: flush}
-	for i := 0; i < flushSlots; i++ {
+	for i := 0; i < slots; i++ {
 		g.free = append(g.free, i)
 	}
 	return g
