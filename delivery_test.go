@@ -3,6 +3,7 @@ package redq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -250,5 +251,54 @@ func TestRepeatedEnvelopesStayDistinct(t *testing.T) {
 			}
 		}
 		wantCounts(t, c, "q", 0, 0, 0)
+	})
+}
+
+// The short ack script answers per take as settle.lua does: a take named
+// twice in one call is acked once, a take that is not there is not found,
+// the same call sent again gets the first answer, a later send of an older
+// call does nothing, and after a cleaner unregistered the connection
+// nothing is acked and the answer says it is not registered.
+func TestAckCallAnswersPerTake(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "ack", namespace())
+		q := openQueue(t, c, "jobs")
+		for _, p := range []string{"a", "b", "c"} {
+			if err := q.Publish(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ds := take(t, q, 3)
+		reg := c.registration()
+		ref := func(i int) string { return ds[i].(*redisDelivery).ref() }
+		call := func(field, token string, ids ...string) []int64 {
+			t.Helper()
+			args := []any{reg.name, field, token}
+			for _, id := range ids {
+				args = append(args, id)
+			}
+			v, err := scripts.ack.Run(ctx, b.client, q.keys.ackKeys(reg.name), args...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		want := func(got []int64, want ...int64) {
+			t.Helper()
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+		}
+		missing := ref(2) + "0" // the same id under a fence never drawn
+		want(call("s1", "10", ref(0), ref(0), missing, ref(1)), 1, 1, 0, 0, 1)
+		want(call("s1", "10", ref(0), ref(0), missing, ref(1)), 1, 1, 0, 0, 1) // sent again
+		want(call("s1", "9", ref(2)), 1, 0)                                    // an older call of the slot
+		wantCounts(t, c, "jobs", 0, 0, 1)
+		if n, err := q.returnUnacked(ctx, reg.name, 0, true); err != nil || n != 1 {
+			t.Fatalf("returned %d, %v; want 1", n, err)
+		}
+		want(call("s2", "11", ref(2)), 0, 0)
+		wantCounts(t, c, "jobs", 1, 0, 0)
 	})
 }
