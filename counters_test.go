@@ -11,7 +11,9 @@ import (
 )
 
 // The totals count every event over more minutes than the ring holds, and
-// History the minutes of the last hour, when the clock steps back too; a
+// History the minutes of the last hour, when the clock steps back too
+// (publishes, counted apart from the ring, in their minute while it is in
+// the last hour, in the newest minute counted otherwise); a
 // queue whose counters were kept before the last minute was recorded
 // keeps its counts. Runs on miniredis, whose clock a test can set.
 func TestCountersTotalsAcrossTheRing(t *testing.T) {
@@ -57,9 +59,10 @@ func TestCountersTotalsAcrossTheRing(t *testing.T) {
 	}
 	last := 2*historySlots + 5
 	publish(last, 2)
-	publish(last-3, 1) // the clock steps back: counted in the last minute
-	perMinute[last-3]--
-	perMinute[last]++
+	publish(last-3, 1) // the clock steps back: a publish counts in its minute
+	publish(last-historySlots-2, 2) // further than the last hour: in the last minute
+	perMinute[last-historySlots-2] -= 2
+	perMinute[last] += 2
 	m.SetTime(start.Add(time.Duration(last) * time.Minute))
 	h, err := i.History(ctx, "jobs", time.Hour)
 	if err != nil {

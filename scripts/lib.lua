@@ -238,6 +238,52 @@ local function tally(mk, c, n, now)
   redis.call('HINCRBY', mk, c .. (minute % HSLOTS), n)
 end
 
+-- Publishes counted by publish.lua (the hot path of Publish) skip the
+-- ring, so that a count costs two calls (TIME, HINCRBY) and no read: each
+-- minute's count is a field pl<minute> of the meta hash, and pm names the
+-- newest minute that has one. Only the first count of a minute (the
+-- HINCRBY answers n: the field is new) does more: a later minute becomes
+-- pm, and the fields of minutes that fall out of the last PLIVE minutes
+-- are added to the total np and deleted, so that every pl field lies in
+-- [pm - PLIVE + 1, pm]. A count of a minute before that window (a clock
+-- that stepped back that far) goes to pm's field. So the published total
+-- is np, plus lm's slot's p (publishes counted by tally: put.lua, pushes,
+-- moves), plus the pl fields of the window; a minute's published count is
+-- its slot's p plus its pl field (see counts.lua and historyOf).
+local PLIVE = 64
+
+local function count_published(mk, n, now)
+  local minute = math.floor(now / 60000)
+  local f = 'pl' .. minute
+  if redis.call('HINCRBY', mk, f, n) ~= n then
+    return
+  end
+  local pm = tonumber(redis.call('HGET', mk, 'pm'))
+  if pm == nil or minute > pm then
+    redis.call('HSET', mk, 'pm', minute)
+    if pm == nil then
+      return
+    end
+    local old = {}
+    for m = pm - PLIVE + 1, math.min(pm, minute - PLIVE) do
+      old[#old + 1] = 'pl' .. m
+    end
+    if #old > 0 then
+      local sum = 0
+      for _, v in ipairs(redis.call('HMGET', mk, unpack(old))) do
+        sum = sum + tonumber(v or '0')
+      end
+      if sum > 0 then
+        redis.call('HINCRBY', mk, 'np', sum)
+      end
+      redis.call('HDEL', mk, unpack(old))
+    end
+  elseif minute <= pm - PLIVE then
+    redis.call('HDEL', mk, f)
+    redis.call('HINCRBY', mk, 'pl' .. pm, n)
+  end
+end
+
 -- Count a delivery whose time to live ran out; keep it in rejected when the
 -- queue is configured so, and count it as rejected then (see tally).
 local function expire(P, e, now)

@@ -25,8 +25,8 @@
 -- REPLY_KEEP after the last publish under its field.
 -- Returns how many it published: 0 when the send had run already.
 --
--- It counts what it published in the queue's counters (see tally in
--- lib.lua).
+-- It counts what it published in the queue's counters (see
+-- count_published in lib.lua).
 --
 -- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
 -- the queue's meta hash
@@ -43,5 +43,5 @@ end
 if #ARGV > 2 then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
-tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
+count_published(KEYS[3], tonumber(ARGV[2]), now_ms())
 return tonumber(ARGV[2])
