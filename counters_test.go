@@ -59,7 +59,7 @@ func TestCountersTotalsAcrossTheRing(t *testing.T) {
 	}
 	last := 2*historySlots + 5
 	publish(last, 2)
-	publish(last-3, 1) // the clock steps back: a publish counts in its minute
+	publish(last-3, 1)              // the clock steps back: a publish counts in its minute
 	publish(last-historySlots-2, 2) // further than the last hour: in the last minute
 	perMinute[last-historySlots-2] -= 2
 	perMinute[last] += 2
