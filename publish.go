@@ -182,8 +182,10 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	size := 0
 	for i, p := range payloads {
 		size += len(p)
-		if err := checkPayloadSize(fmt.Sprintf("payload %d", i), len(p), q.conn.opts.maxPayloadSize); err != nil {
-			return err
+		if len(p) > q.conn.opts.maxPayloadSize {
+			// the name is built only for the error: a publish must not
+			// pay for it
+			return checkPayloadSize(fmt.Sprintf("payload %d", i), len(p), q.conn.opts.maxPayloadSize)
 		}
 		env, err := encodeEnvelope(q.conn.ids, now, m, p)
 		if err != nil {
@@ -400,6 +402,21 @@ func pushScripts(calls []*pushCall) []scriptCall {
 
 // flush sends one script call per queue, in one pipeline.
 func (p *publisher) flush(_ int, batch []*publishRequest) {
+	if len(batch) == 1 {
+		// a call alone (one goroutine publishing): its envelopes as they are
+		r := batch[0]
+		if !r.state.CompareAndSwap(requestPending, requestTaken) {
+			return // withdrawn by its caller
+		}
+		field, token := p.fields.take(p.conn)
+		rc := &remembered{push: p.pushCall(r.q, field, token, r.envs), deadline: r.deadline}
+		rc.done = func(_ any, err error) {
+			p.fields.put(field)
+			r.done <- err
+		}
+		p.conn.sendAll([]*remembered{rc})
+		return
+	}
 	var queues []*redisQueue
 	byQueue := map[*redisQueue][]*publishRequest{}
 	for _, r := range batch {
