@@ -74,6 +74,18 @@ func TestCountersTotalsAcrossTheRing(t *testing.T) {
 			t.Errorf("History, minute %d: %d published, want %d", minute, p.Published, perMinute[minute])
 		}
 	}
+	// A publish with a priority counts in the ring, a plain one beside
+	// it: the minute and the total hold both.
+	if err := q.Put(ctx, []byte("p"), Priority(1)); err != nil {
+		t.Fatal(err)
+	}
+	want++
+	if got := published(); got != want {
+		t.Fatalf("with a publish counted in the ring: %d published, want %d", got, want)
+	}
+	if h, err = i.History(ctx, "jobs", time.Minute); err != nil || len(h) != 1 || h[0].Published != perMinute[last]+1 {
+		t.Fatalf("History of the last minute: %v, %v; want %d published", h, err, perMinute[last]+1)
+	}
 
 	// Counters kept without a last minute: the ring's minutes are added to
 	// the totals at the next count.
