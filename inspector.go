@@ -335,8 +335,7 @@ func (i *Inspector) History(ctx context.Context, queue string, since time.Durati
 const historySlots = 64
 
 // historyOf reads the ring of per-minute counters in meta (see tally in
-// scripts/lib.lua), and the publishes counted by minute beside it (see
-// count_published there), at Redis time now.
+// scripts/lib.lua) at Redis time now.
 func historyOf(now time.Time, meta map[string]string, since time.Duration) []RatePoint {
 	cur := now.UnixMilli() / 60000
 	n := int64((since + time.Minute - 1) / time.Minute)
@@ -348,10 +347,6 @@ func historyOf(now time.Time, meta map[string]string, since time.Duration) []Rat
 		if meta["m"+s] == strconv.FormatInt(m, 10) {
 			get := func(c string) int64 { v, _ := strconv.ParseInt(meta[c+s], 10, 64); return v }
 			p.Published, p.Acked, p.Rejected, p.Retried = get("p"), get("a"), get("r"), get("t")
-		}
-		if v, ok := meta["pl"+strconv.FormatInt(m, 10)]; ok {
-			live, _ := strconv.ParseInt(v, 10, 64)
-			p.Published += live
 		}
 		out = append(out, p)
 	}

@@ -32,11 +32,9 @@ import (
 //	ns:{name}:meta                 hash: expired (count), keep_expired (0/1),
 //	                               paused (set while the queue is paused, see
 //	                               Queue.Pause), and the counters: totals
-//	                               np, na, nr, nt, a ring of one-minute
+//	                               np, na, nr, nt and a ring of one-minute
 //	                               slots m<s>, p<s>, a<s>, r<s>, t<s> (see
-//	                               tally in scripts/lib.lua), and the
-//	                               publishes of the last minutes pl<minute>
-//	                               up to pm (see count_published there)
+//	                               tally in scripts/lib.lua)
 //	ns:{name}:resume               list: a marker that Resume pushes to wake
 //	                               the fetches waiting while the queue was
 //	                               paused (expires after a minute)

@@ -452,8 +452,8 @@ func procQueueState(c Connection, queue string) string {
 // repeated calls of dead connections, which must be on their way out (a
 // TTL).
 // procCounterField matches the fields of the counters in a queue's meta
-// hash (see tally and count_published in scripts/lib.lua).
-var procCounterField = regexp.MustCompile(`^(n[part]|[mpart][0-9]+|lm|pm|pl[0-9]+|expired)$`)
+// hash (see tally in scripts/lib.lua).
+var procCounterField = regexp.MustCompile(`^(n[part]|[mpart][0-9]+|lm|expired)$`)
 
 func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection, ns, queue string) {
 	t.Helper()

@@ -1,7 +1,7 @@
 -- Count one queue: {ready (all priorities; stale stubs of keyed items do
 -- not count), rejected, delayed, expired, keyed pending, keyed running,
 -- keyed parked, paused (0/1), and the totals published, acked, rejected,
--- retried (see tally and count_published in lib.lua)}.
+-- retried (see tally in lib.lua)}.
 -- KEYS: the queue's keys (see scriptKeys in keys.go)
 local P = queue_keys()
 local ready = redis.call('LLEN', P.ready)
@@ -14,7 +14,7 @@ for _, p in ipairs(redis.call('ZRANGE', P.levels, 0, -1)) do
     ready = ready + redis.call('LLEN', k)
   end
 end
-local m = redis.call('HMGET', P.meta, 'expired', 'kstale', 'paused', 'np', 'na', 'nr', 'nt', 'lm', 'pm')
+local m = redis.call('HMGET', P.meta, 'expired', 'kstale', 'paused', 'np', 'na', 'nr', 'nt', 'lm')
 ready = ready - tonumber(m[2] or '0')
 local paused = 0
 if m[3] then
@@ -27,40 +27,6 @@ if m[8] then
   local last = redis.call('HMGET', P.meta, 'p' .. s, 'a' .. s, 'r' .. s, 't' .. s)
   for c = 1, 4 do
     totals[c] = totals[c] + tonumber(last[c] or '0')
-  end
-else
-  -- no lm: no count went through tally yet, or the counters were kept
-  -- before there was one; then every slot's counts are in no total yet
-  local marks = {}
-  for s = 0, HSLOTS - 1 do
-    marks[#marks + 1] = 'm' .. s
-  end
-  local fields = {}
-  for i, v in ipairs(redis.call('HMGET', P.meta, unpack(marks))) do
-    if v then
-      local s = i - 1
-      fields[#fields + 1] = 'p' .. s
-      fields[#fields + 1] = 'a' .. s
-      fields[#fields + 1] = 'r' .. s
-      fields[#fields + 1] = 't' .. s
-    end
-  end
-  if #fields > 0 then
-    local ring = redis.call('HMGET', P.meta, unpack(fields))
-    for i = 1, #ring do
-      totals[(i - 1) % 4 + 1] = totals[(i - 1) % 4 + 1] + tonumber(ring[i] or '0')
-    end
-  end
-end
--- and the publishes counted by minute (see count_published in lib.lua)
-if m[9] then
-  local pm = tonumber(m[9])
-  local live = {}
-  for x = pm - PLIVE + 1, pm do
-    live[#live + 1] = 'pl' .. x
-  end
-  for _, v in ipairs(redis.call('HMGET', P.meta, unpack(live))) do
-    totals[1] = totals[1] + tonumber(v or '0')
   end
 end
 return {ready, redis.call('LLEN', P.rejected), redis.call('ZCARD', P.delayed), tonumber(m[1] or '0'),

@@ -31,8 +31,8 @@
 -- REPLY_KEEP after the last publish under its field.
 -- Returns how many it published: 0 when the send had run already.
 --
--- It counts what it published in the queue's counters (see
--- count_published in lib.lua).
+-- It counts what it published in the queue's counters (see tally in
+-- lib.lua).
 --
 -- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
 -- the queue's meta hash
@@ -49,5 +49,5 @@ end
 if #ARGV > 2 and ARGV[3] ~= '' then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
-count_published(KEYS[3], tonumber(ARGV[2]), now_ms())
+tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
 return tonumber(ARGV[2])

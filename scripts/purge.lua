@@ -53,19 +53,12 @@ if string.find(what, 'd', 1, true) then
   out[3] = redis.call('ZCARD', P.delayed)
   -- not seq: ids made from it must stay unique while unacked ones live
   redis.call('DEL', P.delayed)
-  -- the counters (see tally and count_published in lib.lua) and the
-  -- pause, whose resume list would otherwise wake waiters of the next
-  -- pause
-  local fields = {'expired', 'paused', 'lm', 'np', 'na', 'nr', 'nt', 'pm'}
+  -- the counters (see tally in lib.lua) and the pause, whose resume list
+  -- would otherwise wake waiters of the next pause
+  local fields = {'expired', 'paused', 'lm', 'np', 'na', 'nr', 'nt'}
   for i = 0, HSLOTS - 1 do
     for _, c in ipairs({'m', 'p', 'a', 'r', 't'}) do
       fields[#fields + 1] = c .. i
-    end
-  end
-  local pm = tonumber(redis.call('HGET', P.meta, 'pm'))
-  if pm then
-    for x = pm - PLIVE + 1, pm do
-      fields[#fields + 1] = 'pl' .. x
     end
   end
   redis.call('HDEL', P.meta, unpack(fields))
