@@ -71,6 +71,18 @@ func TestCountersTotalsAcrossTheRing(t *testing.T) {
 			t.Errorf("History, minute %d: %d published, want %d", minute, p.Published, perMinute[minute])
 		}
 	}
+	// A publish through Put's script and plain ones through the publish
+	// script add up, in the total and in the minute.
+	if err := q.Put(ctx, []byte("p"), Priority(1)); err != nil {
+		t.Fatal(err)
+	}
+	want++
+	if got := published(); got != want {
+		t.Fatalf("with a publish through Put's script: %d published, want %d", got, want)
+	}
+	if h, err = i.History(ctx, "jobs", time.Minute); err != nil || len(h) != 1 || h[0].Published != perMinute[last]+1 {
+		t.Fatalf("History of the last minute: %v, %v; want %d published", h, err, perMinute[last]+1)
+	}
 
 	// Counters kept without a last minute: the ring's minutes are added to
 	// the totals at the next count.

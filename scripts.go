@@ -218,6 +218,15 @@ func isLost(err error) bool {
 // a cluster client splits it by slot). Calls whose script was not cached are
 // run again with EVAL; they did not run the first time.
 func evalBatch(ctx context.Context, c sender, calls []scriptCall) []*redis.Cmd {
+	if len(calls) == 1 {
+		// one call needs no pipeline
+		sc := calls[0]
+		cmd := sc.script.EvalSha(ctx, c, sc.keys, sc.args...)
+		if isNoScript(cmd.Err()) {
+			cmd = sc.script.Eval(ctx, c, sc.keys, sc.args...)
+		}
+		return []*redis.Cmd{cmd}
+	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, sc := range calls {

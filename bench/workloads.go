@@ -108,6 +108,7 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 	return append([]workload{
 		publish("publish/1-goroutine", z.scaled(1, 10, 100), 1, 1),
 		publish("publish/8-goroutines", z.scaled(1, 4, 100), 8, 1),
+		publish("publish/32-goroutines", z.scaled(1, 4, 100), 32, 1),
 		publish("publish/100-per-call", n, 1, 100),
 		e2e("e2e/10-consumers", e2eConfig{N: n, Consumers: 10, Prefetch: 1000, PayloadSize: 100}, nil),
 		e2e("e2e/batch-100", e2eConfig{N: n, Batch: 100, Prefetch: 1000, PayloadSize: 100}, nil),
