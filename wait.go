@@ -207,22 +207,17 @@ func (w *waiter) waitFetch(ctx context.Context, key string, d time.Duration, onT
 	return fetched, spent, nil
 }
 
-// readTimeout is the read timeout of the dedicated connection's client
-// (go-redis: 0 means 3 s, a negative value none).
+// readTimeout is the read timeout of the dedicated connection's client,
+// as go-redis keeps it once the options are set up (5 s by default; 0 or
+// less: none).
 func (w *waiter) readTimeout() time.Duration {
-	var rt time.Duration
 	switch {
 	case w.single != nil:
-		rt = w.single.Options().ReadTimeout
+		return max(w.single.Options().ReadTimeout, 0)
 	case w.cluster != nil:
-		rt = w.cluster.Options().ReadTimeout
-	default:
-		return 0
+		return max(w.cluster.Options().ReadTimeout, 0)
 	}
-	if rt == 0 {
-		rt = 3 * time.Second
-	}
-	return max(rt, 0)
+	return 0
 }
 
 // unblockAt ends the wait on the dedicated connection at d with CLIENT

@@ -176,3 +176,45 @@ func TestIdleWakeOfACleanedConnectionTakesNothing(t *testing.T) {
 		resume(z)
 	})
 }
+
+// go-redis reads a pipeline with the client's read timeout, so a wait sent
+// with its fetch must end before it: an idle consumer with a pollDuration
+// far beyond the read timeout reports no errors and still picks up a
+// publish.
+func TestIdleWaitStaysWithinTheReadTimeout(t *testing.T) {
+	shared := realClient(t)
+	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: 600 * time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	errs := make(chan error, 10)
+	ns := namespace()
+	c, err := openConn(client, "short", errs, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-c.StopAllConsuming() })
+	q := openQueue(t, c, "short")
+	if err := q.StartConsuming(1, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Delivery, 1)
+	if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // several read timeouts
+	if err := openQueue(t, openT(t, backend{name: "redis", client: shared}, "pub", ns), "short").Publish("late"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish into an idle queue was not picked up")
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("idle consumer reported %v", err)
+	default:
+	}
+}
