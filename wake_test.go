@@ -20,6 +20,11 @@ type sendCounter struct {
 	waiting atomic.Int64 // requests with a BLMOVE in flight
 	mu      sync.Mutex
 	carried map[string]int64 // payload -> number of the request whose reply held it
+	byWait  map[string]bool  // payload -> whether that request held a wait
+}
+
+func newSendCounter() *sendCounter {
+	return &sendCounter{carried: map[string]int64{}, byWait: map[string]bool{}}
 }
 
 func (h *sendCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -57,6 +62,7 @@ func (h *sendCounter) track(cmds []redis.Cmder, run func() error) error {
 			if s, ok := x.(string); ok && strings.Contains(s, "wake-") {
 				h.mu.Lock()
 				h.carried[s[strings.Index(s, "wake-"):]] = n
+				h.byWait[s[strings.Index(s, "wake-"):]] = wait
 				h.mu.Unlock()
 			}
 		}
@@ -72,7 +78,7 @@ func TestIdleWakeHandsOverTheDeliveryInOneRoundTrip(t *testing.T) {
 	shared := realClient(t)
 	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: time.Minute})
 	t.Cleanup(func() { client.Close() })
-	h := &sendCounter{carried: map[string]int64{}}
+	h := newSendCounter()
 	client.AddHook(h)
 	ns := namespace()
 	c, err := openConn(client, "waker", nil, ns)
@@ -217,4 +223,86 @@ func TestIdleWaitStaysWithinTheReadTimeout(t *testing.T) {
 		t.Fatalf("idle consumer reported %v", err)
 	default:
 	}
+}
+
+// Deliveries that the consumer does not wait on directly come in the reply
+// of a wait too: one of a priority (the publish pushes a wake marker), a
+// delayed one (the wait ends at its due time), and the first after a
+// paused queue is resumed (the consumer waits on the resume list).
+func TestIdleWakeTakesPrioritiesDelayedAndResumed(t *testing.T) {
+	shared := realClient(t)
+	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr})
+	t.Cleanup(func() { client.Close() })
+	h := newSendCounter()
+	client.AddHook(h)
+	ns := namespace()
+	c, err := openConn(client, "waker", nil, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-c.StopAllConsuming() })
+	pq := openQueue(t, openT(t, backend{name: "redis", client: shared}, "pub", ns), "mixed")
+	q := openQueue(t, c, "mixed")
+	if err := q.StartConsuming(1, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Delivery, 1)
+	if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	idle := func() {
+		eventually(t, "the consumer waits", func() bool {
+			before := h.sends.Load()
+			time.Sleep(20 * time.Millisecond)
+			return h.waiting.Load() == 1 && h.sends.Load() == before
+		})
+	}
+	expect := func(payload string, after time.Time, notBefore time.Duration) {
+		t.Helper()
+		select {
+		case d := <-got:
+			if d.Payload() != payload {
+				t.Fatalf("got %q, want %q", d.Payload(), payload)
+			}
+			if el := time.Since(after); el < notBefore {
+				t.Fatalf("%q arrived after %v, before its due time", payload, el)
+			}
+			h.mu.Lock()
+			byWait := h.byWait[payload]
+			h.mu.Unlock()
+			if !byWait {
+				t.Fatalf("%q did not come in the reply of a wait", payload)
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q was not picked up", payload)
+		}
+	}
+	idle()
+	start := time.Now()
+	mustPut(t, pq, "wake-priority", Priority(5))
+	expect("wake-priority", start, 0)
+	idle()
+	start = time.Now()
+	mustPut(t, pq, "wake-delayed", Delay(300*time.Millisecond))
+	expect("wake-delayed", start, 250*time.Millisecond)
+	if err := pq.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, pq, "wake-resumed")
+	idle()
+	select {
+	case d := <-got:
+		t.Fatalf("got %q from a paused queue", d.Payload())
+	case <-time.After(200 * time.Millisecond):
+	}
+	start = time.Now()
+	if err := pq.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("wake-resumed", start, 0)
+	wantCounts(t, c, "mixed", 0, 0, 0)
 }
