@@ -748,8 +748,10 @@ func (q *redisQueue) waitFetch(ctx context.Context, w *waiter, reg *registration
 		return want, 0, 0, false, err
 	}
 	t, perr := q.parseTaken(reg, v)
-	// The fetch ran after Redis spent spent in the wait.
-	got, hint, ferr = q.accept(reg, want, t, sent.Add(spent), perr)
+	// The fetch ran after Redis spent spent in the wait (and before its
+	// reply arrived, should Redis's clock have jumped).
+	ran := sent.Add(min(spent, time.Since(sent)))
+	got, hint, ferr = q.accept(reg, want, t, ran, perr)
 	if ferr != nil {
 		return want, 0, 0, false, ferr
 	}

@@ -306,3 +306,31 @@ func TestIdleWakeTakesPrioritiesDelayedAndResumed(t *testing.T) {
 	expect("wake-resumed", start, 0)
 	wantCounts(t, c, "mixed", 0, 0, 0)
 }
+
+// The lease of a delivery that a wait's fetch took is measured from when
+// the fetch ran, not from when the wait was sent: a delivery whose time
+// to run is shorter than the wait is still handed out.
+func TestIdleWakeHandsOutADeliveryWithATTRShorterThanTheWait(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		c := openT(t, b, "ttr", ns)
+		q := openQueue(t, c, "ttr")
+		if err := q.StartConsuming(1, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan Delivery, 1)
+		if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // the wait has lasted longer than the TTR
+		mustPut(t, openQueue(t, openT(t, b, "pub", ns), "ttr"), "short", TTR(time.Second))
+		select {
+		case d := <-got:
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a delivery with a TTR shorter than the wait was not handed out")
+		}
+	})
+}
