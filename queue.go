@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -654,24 +655,29 @@ func (q *redisQueue) fetchLoop() {
 		}
 		want := min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
 		got, hint, err := q.fetch(ctx, reg, want)
+		// While the queue is idle (or paused), wait on Redis, with the
+		// next fetch sent right behind the wait (see waitFetch): its reply
+		// decides what comes next, as a fetch's does here.
+		for err == nil && hint != hintCapped && q.mayWait(reg) {
+			var ahead bool
+			switch {
+			case hint == hintPaused:
+				// Paused: wait for a Resume (which wakes the wait) or
+				// pollDuration, and fetch again.
+				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.resume(), q.pollDuration, false)
+			case int64(got) < want && hint != 0:
+				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.ready, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
+			}
+			if !ahead {
+				break
+			}
+		}
 		if err == nil && hint == hintCapped {
 			if errCount > 0 {
 				q.conn.logRecovered("queue " + q.name)
 			}
 			capped, errCount = true, 0
 			continue
-		}
-		if err == nil && hint == hintPaused {
-			// Paused: wait for a Resume (which wakes the wait) or
-			// pollDuration, and fetch again.
-			err = w.waitKey(ctx, q.keys.resume(), q.pollDuration, false)
-			if err == nil {
-				errCount = 0
-				continue
-			}
-		}
-		if err == nil && int64(got) < want && hint != 0 {
-			err = w.wait(ctx, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
 		}
 		if err != nil {
 			if isLost(err) {
@@ -697,6 +703,66 @@ func (q *redisQueue) fetchLoop() {
 		}
 		errCount = 0
 	}
+}
+
+// mayWait reports whether the fetch loop may wait and fetch again at
+// once under reg: consuming goes on, the connection is usable under reg
+// (see awaitUsable), and the buffer has room for a fetch.
+func (q *redisQueue) mayWait(reg *registration) bool {
+	select {
+	case <-q.stop:
+		return false
+	default:
+	}
+	r, ok, _ := q.conn.usable()
+	return ok && r == reg && int64(len(q.buf)) < q.prefetchLimit
+}
+
+// waitFetch waits on key (ready, or the resume list of a paused queue)
+// for up to d and fetches right after, in the same pipeline (see
+// waiter.waitFetch). It returns how many deliveries the fetch asked for
+// and took and its hint, as fetch does; ahead is false when no fetch came
+// with the wait (the waiter has no dedicated connection, or Redis refused
+// the fetch, say for a script it did not know): the caller fetches then.
+func (q *redisQueue) waitFetch(ctx context.Context, w *waiter, reg *registration, key string, d time.Duration, onTime bool) (want int64, got int, hint int64, ahead bool, err error) {
+	want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
+	token, field, keys := q.fetchToken, q.fetchField(), q.fetchKeys(reg)
+	sent := time.Now()
+	cmd, spent, err := w.waitFetch(ctx, key, d, onTime, func(pipe redis.Pipeliner) *redis.Cmd {
+		return scripts.fetch.EvalSha(ctx, pipe, keys, reg.name, want, token, field, q.prefetchLimit)
+	})
+	if cmd == nil {
+		return want, 0, 0, false, err
+	}
+	v, ferr := cmd.Slice()
+	if ferr != nil {
+		if isLost(ferr) {
+			return want, 0, 0, false, ferr
+		}
+		var redisErr redis.Error
+		if !errors.As(ferr, &redisErr) {
+			// It may have run with its reply lost: the next fetch (under
+			// the same token) or the stop sends it again.
+			q.unsure = &unsureFetch{reg: reg, n: want}
+		}
+		return want, 0, 0, false, err
+	}
+	t, perr := q.parseTaken(reg, v)
+	// The fetch ran after Redis spent spent in the wait (and before its
+	// reply arrived, should Redis's clock have jumped).
+	ran := sent.Add(min(spent, time.Since(sent)))
+	got, hint, ferr = q.accept(reg, want, t, ran, perr)
+	if ferr != nil {
+		return want, 0, 0, false, ferr
+	}
+	if got > 0 {
+		// A consumer waits for these (the queue was idle): let it run
+		// before this goroutine goes on to its next call. Without the
+		// yield the consumer often waits until another thread is woken
+		// for it, tens of µs on a busy machine.
+		runtime.Gosched()
+	}
+	return want, got, hint, true, err
 }
 
 // backoffWait waits after the n-th consecutive failure of the fetch loop (see
@@ -803,6 +869,12 @@ func waitFor(poll time.Duration, hint int64) time.Duration {
 func (q *redisQueue) fetch(ctx context.Context, reg *registration, n int64) (int, int64, error) {
 	sent := time.Now()
 	t, err := q.takeRaw(ctx, reg, n, q.fetchField(), q.fetchToken, q.prefetchLimit)
+	return q.accept(reg, n, t, sent, err)
+}
+
+// accept buffers what a fetch of up to n deliveries took (sent: when, at
+// the earliest, it ran) and returns how many and the fetch script's hint.
+func (q *redisQueue) accept(reg *registration, n int64, t taken, sent time.Time, err error) (int, int64, error) {
 	if q.conn.opts.observer != nil {
 		q.conn.observe(EventFetch, q.name, "", len(t.envs), sent, err)
 	}
@@ -870,6 +942,11 @@ func (q *redisQueue) takeRaw(ctx context.Context, reg *registration, n int64, fi
 	if err != nil {
 		return taken{}, err
 	}
+	return q.parseTaken(reg, v)
+}
+
+// parseTaken reads a reply of the fetch script.
+func (q *redisQueue) parseTaken(reg *registration, v []any) (taken, error) {
 	if len(v) < 3 {
 		return taken{}, errorf("redq: short reply from fetch: %v", v)
 	}

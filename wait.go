@@ -102,26 +102,8 @@ func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTim
 	if w.dedicated != nil {
 		c = w.dedicated
 		if onTime {
-			// The UNBLOCK can reach Redis before the BLMOVE has blocked
-			// (d may be 1ms), and then does nothing: repeat it until the
-			// wait has returned.
-			done := make(chan struct{})
-			defer close(done)
-			t := time.AfterFunc(d, func() {
-				ictx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				for {
-					w.interrupt(ictx)
-					select {
-					case <-done:
-						return
-					case <-ictx.Done():
-						return
-					case <-time.After(time.Millisecond):
-					}
-				}
-			})
-			defer t.Stop()
+			stop := w.unblockAt(d)
+			defer stop()
 		}
 	}
 	if w.short {
@@ -157,6 +139,111 @@ func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTim
 		}
 	}
 	return err
+}
+
+// waitFetch is waitKey followed by a fetch in the same pipeline, on a
+// dedicated connection: Redis runs the fetch (fetch adds it to the
+// pipeline) as soon as the wait returns, so a delivery published into an
+// idle queue reaches the consumer in the reply to the wait, one round trip
+// after the publish instead of two.
+//
+// It returns the fetch's command (nil when it was not sent: there is no
+// dedicated connection here, and the caller fetches on its own), and how
+// long Redis spent from the pipeline's arrival to the start of the fetch
+// (0 when unknown): the pipeline reads Redis's clock before the BLMOVE and
+// between it and the fetch, so that a lease the fetch started can be
+// measured from the send time plus that span, never from before it. err
+// is the wait's error; the fetch's is on its command.
+func (w *waiter) waitFetch(ctx context.Context, key string, d time.Duration, onTime bool, fetch func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, time.Duration, error) {
+	if err := w.resolve(ctx); err != nil {
+		return nil, 0, err
+	}
+	if err := w.identify(ctx); err != nil {
+		w.failed(err)
+		return nil, 0, err
+	}
+	if w.dedicated == nil {
+		return nil, 0, w.waitKey(ctx, key, d, onTime)
+	}
+	// A pipeline is read with the client's read timeout (a single
+	// blocking command gets its timeout plus ten seconds): keep the wait
+	// well inside it. Waiting less than asked is harmless; the caller
+	// fetches and waits again.
+	if rt := w.readTimeout(); rt > 0 {
+		d = min(d, rt-min(time.Second, rt/2))
+	}
+	if onTime {
+		stop := w.unblockAt(d)
+		defer stop()
+	}
+	secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
+	pipe := w.dedicated.Pipeline()
+	t0 := pipe.Time(ctx)
+	blocked := pipe.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", secs)
+	t1 := pipe.Time(ctx)
+	fetched := fetch(pipe)
+	_, _ = pipe.Exec(ctx)
+	err := blocked.Err()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		w.failed(err)
+		if migrating(err) {
+			// the key is on its way to another node (see waitKey): the
+			// fetch was refused too, and the caller fetches anew
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(d, shortWait)):
+			}
+			return fetched, 0, nil
+		}
+		return fetched, 0, err
+	}
+	var spent time.Duration
+	if a, b := t0.Val(), t1.Val(); t0.Err() == nil && t1.Err() == nil && b.After(a) {
+		spent = b.Sub(a)
+	}
+	return fetched, spent, nil
+}
+
+// readTimeout is the read timeout of the dedicated connection's client,
+// as go-redis keeps it once the options are set up (5 s by default; 0 or
+// less: none).
+func (w *waiter) readTimeout() time.Duration {
+	switch {
+	case w.single != nil:
+		return max(w.single.Options().ReadTimeout, 0)
+	case w.cluster != nil:
+		return max(w.cluster.Options().ReadTimeout, 0)
+	}
+	return 0
+}
+
+// unblockAt ends the wait on the dedicated connection at d with CLIENT
+// UNBLOCK (see wait); the returned func stops it once the wait is over.
+// The UNBLOCK can reach Redis before the BLMOVE has blocked (d may be
+// 1ms), and then does nothing: it is repeated until the wait has returned.
+func (w *waiter) unblockAt(d time.Duration) func() {
+	done := make(chan struct{})
+	t := time.AfterFunc(d, func() {
+		ictx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for {
+			w.interrupt(ictx)
+			select {
+			case <-done:
+				return
+			case <-ictx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	return func() {
+		t.Stop()
+		close(done)
+	}
 }
 
 // migrating reports whether err is a cluster's answer about a slot being
