@@ -38,8 +38,9 @@ type timerSystem interface {
 	// double fires are the record's to tell.
 	FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fireTally, error)
 	// TimerBurst sets n timers all due at the same moment, waits until it
-	// has passed, and times consumers consumers handling every fire.
-	TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error)
+	// has passed, and times consumers consumers handling every fire (redq:
+	// batch fires per call when positive, see timerConfig.Batch).
+	TimerBurst(ctx context.Context, e *env, n, consumers int, batch int64) (time.Duration, error)
 }
 
 // upsertConfig describes one upsert run. Upsert i (0 ≤ i < Upserts) is of
@@ -584,6 +585,27 @@ func keyedWorkloads(z sizes) []workload {
 		}
 		return []float64{tl.rate(), micros(percentile(late, 0.50)), micros(percentile(late, 0.99)), float64(c.Lost), float64(c.Double)}
 	}
+	// burst: n timers due at once, timerConsumers consumers; with batch,
+	// redq's take up to batch fires per call and ack them together.
+	burst := func(batch int64, suffix string) workload {
+		about := fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (poll-timers: its first poll included)", n, timerConsumers)
+		if batch > 0 {
+			about = fmt.Sprintf("as timers/burst-%s, redq's consumers with NextBatch of up to %d fires and one Ack per batch (poll-timers: the same)", count(n), batch)
+		}
+		return workload{
+			name: "timers/burst-" + count(n) + suffix, about: about,
+			metrics: []metric{{"rate", "fires/s", higherIsBetter}},
+			systems: both,
+			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ts, err := timersOf(s)
+				if err != nil {
+					return nil, err
+				}
+				d, err := ts.TimerBurst(ctx, e, n, timerConsumers, batch)
+				return []float64{float64(n) / d.Seconds()}, err
+			},
+		}
+	}
 	steadyRun := func(name, about string, cfg timerConfig) workload {
 		return workload{
 			name: name, about: about, metrics: steadyMetrics, systems: both,
@@ -619,20 +641,8 @@ func keyedWorkloads(z sizes) []workload {
 				}
 				return []float64{micros(percentile(late, 0.50)), micros(percentile(late, 0.99)), micros(slices.Max(late))}
 			}),
-		workload{
-			name:    "timers/burst-" + count(n),
-			about:   fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (poll-timers: its first poll included)", n, timerConsumers),
-			metrics: []metric{{"rate", "fires/s", higherIsBetter}},
-			systems: both,
-			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
-				ts, err := timersOf(s)
-				if err != nil {
-					return nil, err
-				}
-				d, err := ts.TimerBurst(ctx, e, n, timerConsumers)
-				return []float64{float64(n) / d.Seconds()}, err
-			},
-		},
+		burst(0, ""),
+		burst(steadyBatchMax, "-batch"),
 		fire("timers/consumer-dies",
 			fmt.Sprintf("as lateness, and one more consumer takes %d fires and dies before handling them (redq: its heartbeat lapses, a cleaner runs)",
 				victim.VictimTakes),

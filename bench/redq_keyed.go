@@ -491,7 +491,7 @@ func (r *redqRun) timersSettled(ctx context.Context, conn redq.Connection) error
 // ahead, see calibratedLead), waits until it has passed and
 // timerBurstMargin more, then times consumers consumers (see
 // fireConsumers) from their start until every fire was handled.
-func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (_ time.Duration, err error) {
+func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int, batch int64) (_ time.Duration, err error) {
 	r := s.open(e, consumers+redqTimerFillWorkers)
 	defer closeRun(r, &err)
 	conn, ts, err := r.connectTimers(ctx)
@@ -513,7 +513,7 @@ func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (
 	crew := newBaseCrew(ctx)
 	defer stopCrew(crew, &err)
 	start := time.Now()
-	fireConsumers(crew, consumers, []redq.Timers{ts}, tl, 0)
+	fireConsumers(crew, consumers, []redq.Timers{ts}, tl, batch)
 	if err := baseAwait(ctx, tl.Done(), crew, redqLimit(n), func() error { return tl.counts().exact() }); err != nil {
 		return 0, fmt.Errorf("burst: %w", err)
 	}

@@ -146,7 +146,7 @@ func TestRedqFireTimers(t *testing.T) {
 
 func TestRedqTimerBurst(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	d, err := newRedq(time.Second).(*redqSystem).TimerBurst(ctx, e, 500, 4)
+	d, err := newRedq(time.Second).(*redqSystem).TimerBurst(ctx, e, 500, 4, 10)
 	if err != nil {
 		t.Fatalf("TimerBurst: %v", err)
 	}
