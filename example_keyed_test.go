@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/redq/redq"
@@ -123,4 +124,38 @@ func ExampleConnection_OpenTimers() {
 		// readme:end
 	}())
 	// Output: remind invoice:7 true
+}
+
+// NextBatch takes every due fire (up to max) in one call, and Fires.Ack
+// acks them in one: the way to keep up with many timers firing each second.
+func ExampleTimers_NextBatch() {
+	conn := exampleConnection()
+	defer func() { <-conn.StopAllConsuming() }()
+	ctx := context.Background()
+	must(func() error {
+		timers, err := conn.OpenTimers("session-expiry")
+		if err != nil {
+			return err
+		}
+		for _, key := range []string{"session:1", "session:2", "session:3"} {
+			if err := timers.Set(ctx, key, 0); err != nil {
+				return err
+			}
+		}
+		fires, err := timers.NextBatch(ctx, 100, time.Minute) // every fire due now, up to 100
+		if err != nil {
+			return err
+		}
+		keys := make([]string, 0, len(fires))
+		for _, f := range fires {
+			keys = append(keys, f.Key())
+		}
+		sort.Strings(keys)
+		fmt.Println(keys)
+		for i, err := range fires.Ack(ctx) { // one call for the whole batch
+			fmt.Println("not acked:", fires[i].Key(), err)
+		}
+		return nil
+	}())
+	// Output: [session:1 session:2 session:3]
 }

@@ -745,6 +745,27 @@ func (t *TestTimers) Next(ctx context.Context, timeout time.Duration) (Fire, err
 	}
 }
 
+// NextBatch waits as Next does for the first fire, then adds every other
+// timer that is due (earliest first), up to max.
+func (t *TestTimers) NextBatch(ctx context.Context, max int64, timeout time.Duration) (Fires, error) {
+	if max < 1 {
+		return nil, argError("max", max, "must be at least 1")
+	}
+	f, err := t.Next(ctx, timeout)
+	if err != nil {
+		return nil, err
+	}
+	out := Fires{f}
+	for int64(len(out)) < max {
+		f, err := t.Next(ctx, 0)
+		if err != nil {
+			break
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
 // TestFire is a fire of a TestTimers timer.
 type TestFire struct {
 	timers *TestTimers

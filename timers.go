@@ -45,6 +45,44 @@ type Timers interface {
 	// wait; each fire goes to one. The fire is this connection's until it
 	// is acked or released.
 	Next(ctx context.Context, timeout time.Duration) (Fire, error)
+	// NextBatch is Next for up to max fires: it returns as soon as at
+	// least one timer fired, with every fire that is due then (up to max),
+	// taken in one call to Redis for up to 1,000 of them. Ack them
+	// together with Fires.Ack. max must be at least 1.
+	NextBatch(ctx context.Context, max int64, timeout time.Duration) (Fires, error)
+}
+
+// Fires is a batch of fires, as Timers.NextBatch returns it.
+type Fires []Fire
+
+// Ack acks every fire, as Fire.Ack does each, in one call to Redis per
+// timer set (and per 1,000 fires), shared with the acks of other
+// goroutines of the connection. It returns the errors of the fires that
+// were not acked, by their index; an empty map when all were.
+func (fs Fires) Ack(ctx context.Context) map[int]error {
+	errs := map[int]error{}
+	var ds Deliveries
+	var at []int
+	for i, f := range fs {
+		if rf, ok := f.(redisFire); ok {
+			ds = append(ds, rf.d)
+			at = append(at, i)
+			continue
+		}
+		if f == nil {
+			errs[i] = argError("fire", i, "must not be nil")
+			continue
+		}
+		if err := f.Ack(ctx); err != nil {
+			errs[i] = err
+		}
+	}
+	if len(ds) > 0 {
+		for j, err := range ds.AckContext(ctx) {
+			errs[at[j]] = err
+		}
+	}
+	return errs
 }
 
 // Fire is a timer that fired (see Timers.Next).
@@ -120,6 +158,18 @@ func (t *redisTimers) Next(ctx context.Context, timeout time.Duration) (Fire, er
 		return nil, err
 	}
 	return redisFire{d.(*redisDelivery)}, nil
+}
+
+func (t *redisTimers) NextBatch(ctx context.Context, max int64, timeout time.Duration) (Fires, error) {
+	ds, err := t.q.TakeBatch(ctx, max, timeout)
+	if err != nil {
+		return nil, err
+	}
+	fs := make(Fires, len(ds))
+	for i, d := range ds {
+		fs[i] = redisFire{d.(*redisDelivery)}
+	}
+	return fs, nil
 }
 
 type redisFire struct{ d *redisDelivery }

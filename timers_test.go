@@ -382,3 +382,104 @@ func TestTimersNextTimeout(t *testing.T) {
 		}
 	})
 }
+
+// NextBatch takes every due fire (up to max) in one call, not those due
+// later; Fires.Ack acks them together, and a fire acked already answers
+// ErrorNotFound by its index while the others are acked. A timer set
+// again while its fire is handled survives the batch's ack. Bad input
+// changes nothing.
+func TestTimersNextBatchAndAckTogether(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "timers", namespace())
+		ts := openTimers(t, c, "batch")
+		if _, err := ts.NextBatch(ctx, 0, 0); !errors.Is(err, ErrorInvalidArgument) {
+			t.Fatalf("NextBatch max 0: %v", err)
+		}
+		if _, err := ts.NextBatch(ctx, 1, -time.Millisecond); !errors.Is(err, ErrorInvalidArgument) {
+			t.Fatalf("NextBatch negative timeout: %v", err)
+		}
+		if fs, err := ts.NextBatch(ctx, 10, 0); !errors.Is(err, ErrorTimeout) {
+			t.Fatalf("NextBatch on no timers: %v, %v", fs, err)
+		}
+		for i := 0; i < 5; i++ {
+			if err := ts.Set(ctx, fmt.Sprintf("k%d", i), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ts.Set(ctx, "later", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		fs, err := ts.NextBatch(ctx, 3, 5*time.Second)
+		if err != nil || len(fs) != 3 {
+			t.Fatalf("NextBatch 3: %d fires, %v", len(fs), err)
+		}
+		rest, err := ts.NextBatch(ctx, 100, 5*time.Second)
+		if err != nil || len(rest) != 2 {
+			t.Fatalf("NextBatch of the rest: %d fires, %v", len(rest), err)
+		}
+		fs = append(fs, rest...)
+		seen := map[string]bool{}
+		for _, f := range fs {
+			seen[f.Key()] = true
+		}
+		if len(seen) != 5 || seen["later"] {
+			t.Fatalf("fired %v", seen)
+		}
+		// a timer of a fired key set again meanwhile stays
+		if err := ts.Set(ctx, fs[1].Key(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		errs := fs.Ack(ctx)
+		if len(errs) != 1 || !errors.Is(errs[0], ErrorNotFound) {
+			t.Fatalf("acks of the batch: %v, want ErrorNotFound for index 0 only", errs)
+		}
+		again := nextFire(t, ts, 5*time.Second)
+		if again.Key() != fs[1].Key() {
+			t.Fatalf("fired %q, want %q set again", again.Key(), fs[1].Key())
+		}
+		// the same fire twice in one batch is acked once
+		if errs := (Fires{again, again}).Ack(ctx); len(errs) != 1 || !errors.Is(errs[1], ErrorNotFound) {
+			t.Fatalf("a fire twice in one batch: %v, want ErrorNotFound for index 1 only", errs)
+		}
+		if s := mustStats(t, c).TimerStats["batch"]; s != (TimerStat{Pending: 1}) {
+			t.Fatalf("stats after the acks %+v, want only the later timer pending", s)
+		}
+		noFire(t, ts, 50*time.Millisecond, "after the batch's ack")
+	})
+}
+
+func TestTestTimersNextBatch(t *testing.T) {
+	ctx := context.Background()
+	ts, err := NewTestConnection().OpenTimers("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.NextBatch(ctx, 0, 0); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("NextBatch max 0: %v", err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if err := ts.Set(ctx, k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts.Set(ctx, "later", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := ts.NextBatch(ctx, 10, time.Second)
+	if err != nil || len(fs) != 3 {
+		t.Fatalf("NextBatch: %d fires, %v", len(fs), err)
+	}
+	if errs := fs.Ack(ctx); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if errs := fs.Ack(ctx); len(errs) != 3 || !errors.Is(errs[2], ErrorNotFound) {
+		t.Fatalf("second ack: %v", errs)
+	}
+	if _, err := ts.NextBatch(ctx, 10, 0); !errors.Is(err, ErrorTimeout) {
+		t.Fatalf("NextBatch with only a later timer: %v", err)
+	}
+}

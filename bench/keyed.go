@@ -38,8 +38,9 @@ type timerSystem interface {
 	// double fires are the record's to tell.
 	FireTimers(ctx context.Context, e *env, cfg timerConfig) (*fireTally, error)
 	// TimerBurst sets n timers all due at the same moment, waits until it
-	// has passed, and times consumers consumers handling every fire.
-	TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error)
+	// has passed, and times consumers consumers handling every fire (redq:
+	// batch fires per call when positive, see timerConfig.Batch).
+	TimerBurst(ctx context.Context, e *env, n, consumers int, batch int64) (time.Duration, error)
 }
 
 // upsertConfig describes one upsert run. Upsert i (0 ≤ i < Upserts) is of
@@ -240,6 +241,11 @@ type timerConfig struct {
 	Poll time.Duration
 	// Drain bounds the wait for the fires after the last due time.
 	Drain time.Duration
+	// Batch, when positive, makes redq's consumers take up to Batch fires
+	// per call (Timers.NextBatch) and ack them together (Fires.Ack); 0
+	// takes and acks one at a time (Next, Fire.Ack). The baseline ignores
+	// it.
+	Batch int64
 }
 
 // timerDue returns the due time of timer i of cfg, counting from base:
@@ -280,6 +286,8 @@ type fireTally struct {
 	late    []time.Duration // of the first handling
 	unknown int             // fires of keys that are not the run's
 	handled int             // distinct timers handled
+	first   time.Time       // the earliest due time of a handled fire
+	last    time.Time       // the latest receipt of a first handling
 	done    chan struct{}   // closed when every timer was handled once
 	closed  bool
 }
@@ -310,6 +318,12 @@ func (t *fireTally) fired(key string, at, due time.Time) {
 	t.count[k]++
 	if t.count[k] == 1 {
 		t.late[k] = at.Sub(due)
+		if t.first.IsZero() || due.Before(t.first) {
+			t.first = due
+		}
+		if at.After(t.last) {
+			t.last = at
+		}
 		t.handled++
 		t.closeIfDone()
 	}
@@ -377,6 +391,19 @@ func (t *fireTally) lateness() []time.Duration {
 	return out
 }
 
+// rate returns the timers handled per second from the earliest due time to
+// the last first handling: the due rate when the consumers keep up, less
+// when fires back up.
+func (t *fireTally) rate() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	span := t.last.Sub(t.first)
+	if t.handled == 0 || span <= 0 {
+		return 0
+	}
+	return float64(t.handled) / span.Seconds()
+}
+
 // keyedOf returns s as a keyedSystem, or errNotMeasured.
 func keyedOf(s system) (keyedSystem, error) {
 	k, ok := s.(keyedSystem)
@@ -401,6 +428,11 @@ const (
 	keyedGoroutines = 8
 	// timerConsumers is the consumer count of every timer run.
 	timerConsumers = 8
+	// steadyConsumers is the consumer count of the steady timer runs:
+	// 2 connections × 2 goroutines.
+	steadyConsumers = 4
+	// steadyBatchMax is the most fires a steady batch run takes per call.
+	steadyBatchMax = 100
 	// pollTimersPoll is the baseline's pause between polls.
 	pollTimersPoll = time.Second
 )
@@ -533,6 +565,68 @@ func keyedWorkloads(z sizes) []workload {
 		}
 	}
 	faultCounts := func(c fireCounts, _ []time.Duration) []float64 { return []float64{float64(c.Lost), float64(c.Double)} }
+	// steady: n timers due evenly over the spread (100k over 10 s at the
+	// default n: 10k fires/s), handled by 2 connections with 2 goroutines
+	// each, one fire per call or in batches.
+	steadyName := fmt.Sprintf("timers/steady-%s-%ds", count(n), int(spread.Seconds()))
+	steadyMetrics := []metric{
+		{"rate", "fires/s", higherIsBetter},
+		{"p50 lateness", "µs", lowerIsBetter}, {"p99 lateness", "µs", lowerIsBetter},
+		{"lost fires", "fires", lowerIsBetter}, {"double fires", "fires", lowerIsBetter},
+	}
+	steady := base
+	steady.Consumers, steady.Pairs = steadyConsumers, 2
+	steadyBatch := steady
+	steadyBatch.Batch = steadyBatchMax
+	steadyValues := func(tl *fireTally) []float64 {
+		c, late := tl.counts(), tl.lateness()
+		if len(late) == 0 {
+			return []float64{0, 0, 0, float64(c.Lost), float64(c.Double)}
+		}
+		return []float64{tl.rate(), micros(percentile(late, 0.50)), micros(percentile(late, 0.99)), float64(c.Lost), float64(c.Double)}
+	}
+	// burst: n timers due at once, timerConsumers consumers; with batch,
+	// redq's take up to batch fires per call and ack them together.
+	burst := func(batch int64, suffix string) workload {
+		about := fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (poll-timers: its first poll included)", n, timerConsumers)
+		if batch > 0 {
+			about = fmt.Sprintf("as timers/burst-%s, redq's consumers with NextBatch of up to %d fires and one Ack per batch (poll-timers: the same)", count(n), batch)
+		}
+		return workload{
+			name: "timers/burst-" + count(n) + suffix, about: about,
+			metrics: []metric{{"rate", "fires/s", higherIsBetter}},
+			systems: both,
+			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ts, err := timersOf(s)
+				if err != nil {
+					return nil, err
+				}
+				d, err := ts.TimerBurst(ctx, e, n, timerConsumers, batch)
+				return []float64{float64(n) / d.Seconds()}, err
+			},
+		}
+	}
+	steadyRun := func(name, about string, cfg timerConfig) workload {
+		return workload{
+			name: name, about: about, metrics: steadyMetrics, systems: both,
+			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ts, err := timersOf(s)
+				if err != nil {
+					return nil, err
+				}
+				tl, err := ts.FireTimers(ctx, e, cfg)
+				if err != nil {
+					return nil, err
+				}
+				if s.Name() == "redq" {
+					if err := tl.counts().exact(); err != nil {
+						return nil, err
+					}
+				}
+				return steadyValues(tl), nil
+			},
+		}
+	}
 	victim := base
 	victim.VictimTakes = victimTakes(n)
 	pairs := base
@@ -547,20 +641,8 @@ func keyedWorkloads(z sizes) []workload {
 				}
 				return []float64{micros(percentile(late, 0.50)), micros(percentile(late, 0.99)), micros(slices.Max(late))}
 			}),
-		workload{
-			name:    "timers/burst-" + count(n),
-			about:   fmt.Sprintf("%d timers all due at once, %d consumers handle every fire (poll-timers: its first poll included)", n, timerConsumers),
-			metrics: []metric{{"rate", "fires/s", higherIsBetter}},
-			systems: both,
-			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
-				ts, err := timersOf(s)
-				if err != nil {
-					return nil, err
-				}
-				d, err := ts.TimerBurst(ctx, e, n, timerConsumers)
-				return []float64{float64(n) / d.Seconds()}, err
-			},
-		},
+		burst(0, ""),
+		burst(steadyBatchMax, "-batch"),
 		fire("timers/consumer-dies",
 			fmt.Sprintf("as lateness, and one more consumer takes %d fires and dies before handling them (redq: its heartbeat lapses, a cleaner runs)",
 				victim.VictimTakes),
@@ -568,6 +650,13 @@ func keyedWorkloads(z sizes) []workload {
 		fire("timers/two-pollers",
 			"as lateness, with two pollers started together (redq: two connections with 4 consumers each)",
 			pairs, faults, false, faultCounts),
+		steadyRun(steadyName+"-next",
+			fmt.Sprintf("%d timers due evenly over %s (%d/s), 2 connections × 2 goroutines, Next and Ack per fire (poll-timers: 2 pollers, %d consumers); handled rate, receipt − due time",
+				n, spread, int(float64(n)/spread.Seconds()), steadyConsumers),
+			steady),
+		steadyRun(steadyName+"-batch",
+			fmt.Sprintf("as %s-next, with NextBatch of up to %d fires and one Ack per batch (poll-timers: the same as -next)", steadyName, steadyBatchMax),
+			steadyBatch),
 	)
 	return out
 }

@@ -20,7 +20,8 @@ func TestKeyedWorkloads(t *testing.T) {
 	}
 	redqOnly := []string{"keyed/1M-keys-1-goroutine", "keyed/1M-keys-8-goroutines", "keyed/1k-hot-keys-1-goroutine",
 		"keyed/1k-hot-keys-8-goroutines", "keyed/memory-pending"}
-	withBaseline := []string{"timers/lateness-100k", "timers/burst-100k", "timers/consumer-dies", "timers/two-pollers"}
+	withBaseline := []string{"timers/lateness-100k", "timers/burst-100k", "timers/burst-100k-batch", "timers/consumer-dies", "timers/two-pollers",
+		"timers/steady-100k-10s-next", "timers/steady-100k-10s-batch"}
 	for _, name := range slices.Concat(redqOnly, withBaseline) {
 		w, found := byName[name]
 		if !found {
@@ -50,6 +51,12 @@ func TestKeyedWorkloads(t *testing.T) {
 	}
 	if about := byName["timers/consumer-dies"].about; !strings.Contains(about, "takes 1000 fires") {
 		t.Errorf("consumer-dies: %q", about)
+	}
+	if m := byName["timers/steady-100k-10s-batch"].metrics; len(m) != 5 || m[0].unit != "fires/s" || m[2].name != "p99 lateness" {
+		t.Errorf("steady metrics: %+v", m)
+	}
+	if about := byName["timers/steady-100k-10s-next"].about; !strings.HasPrefix(about, "100000 timers due evenly over 10s (10000/s), 2 connections × 2 goroutines") {
+		t.Errorf("steady: %q", about)
 	}
 	// The CI size keeps every run small.
 	for _, w := range keyedWorkloads(sizes{2000}) {

@@ -394,7 +394,7 @@ func pollTimersSettle(ctx context.Context, t *pollTimers, deadline time.Time, fa
 // the SET, a little after the time fill reads), then times consumers
 // consumers and one poller from their start until every fire was
 // received.
-func (pollTimersSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (time.Duration, error) {
+func (pollTimersSystem) TimerBurst(ctx context.Context, e *env, n, consumers int, _ int64) (time.Duration, error) {
 	rdb := e.newClient(consumers + pollTimersFillWorkers + 4)
 	defer func() { _ = rdb.Close() }() // the measurement is taken; closing changes nothing
 	t := newPollTimersNS(rdb)

@@ -186,7 +186,7 @@ func TestPollTimersOverlappingPollsFireTwice(t *testing.T) {
 
 func TestPollTimersTimerBurst(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	d, err := newPollTimers().(pollTimersSystem).TimerBurst(ctx, e, 500, 4)
+	d, err := newPollTimers().(pollTimersSystem).TimerBurst(ctx, e, 500, 4, 0)
 	if err != nil {
 		t.Fatalf("TimerBurst: %v", err)
 	}

@@ -299,13 +299,23 @@ func redqLead(ctx context.Context, conn redq.Connection, n int) (time.Duration, 
 
 // fireConsumers starts n consumers on crew, consumer i on sets[i mod
 // len(sets)]: each takes a fire with Next, notes the time it received it,
-// acks it and records it in tl with its Due time (Redis's clock). A
-// failed Ack fails the crew.
-func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally) {
+// acks it and records it in tl with its Due time (Redis's clock). With
+// batch > 0 each takes up to batch fires with NextBatch and acks them with
+// one Fires.Ack. A failed Ack fails the crew.
+func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally, batch int64) {
 	crew.run(n, func(ctx context.Context, i int) error {
 		ts := sets[i%len(sets)]
 		for {
-			f, err := ts.Next(ctx, time.Second)
+			var fs redq.Fires
+			var err error
+			if batch > 0 {
+				fs, err = ts.NextBatch(ctx, batch, time.Second)
+			} else {
+				var f redq.Fire
+				if f, err = ts.Next(ctx, time.Second); err == nil {
+					fs = redq.Fires{f}
+				}
+			}
 			if errors.Is(err, redq.ErrorTimeout) {
 				continue
 			}
@@ -316,10 +326,20 @@ func fireConsumers(crew *baseCrew, n int, sets []redq.Timers, tl *fireTally) {
 				return fmt.Errorf("redq: next fire: %w", err)
 			}
 			at := time.Now()
-			if err := f.Ack(ctx); err != nil {
-				return fmt.Errorf("redq: ack fire %s: %w", f.Key(), err)
+			if len(fs) == 1 {
+				if err := fs[0].Ack(ctx); err != nil {
+					return fmt.Errorf("redq: ack fire %s: %w", fs[0].Key(), err)
+				}
+			} else if errs := fs.Ack(ctx); len(errs) > 0 {
+				for k, f := range fs {
+					if err := errs[k]; err != nil {
+						return fmt.Errorf("redq: ack fire %s: %w", f.Key(), err)
+					}
+				}
 			}
-			tl.fired(f.Key(), at, f.Due())
+			for _, f := range fs {
+				tl.fired(f.Key(), at, f.Due())
+			}
 		}
 	})
 }
@@ -361,7 +381,7 @@ func (s *redqSystem) FireTimers(ctx context.Context, e *env, cfg timerConfig) (_
 	tl := newFireTally(cfg.N)
 	crew := newBaseCrew(ctx)
 	defer stopCrew(crew, &err)
-	fireConsumers(crew, cfg.Consumers, sets, tl)
+	fireConsumers(crew, cfg.Consumers, sets, tl, cfg.Batch)
 	if cfg.VictimTakes > 0 {
 		until := timerDue(cfg, base, cfg.N-1).Add(time.Second)
 		if err := s.victim(ctx, e, r, conn, cfg.VictimTakes, until); err != nil {
@@ -471,7 +491,7 @@ func (r *redqRun) timersSettled(ctx context.Context, conn redq.Connection) error
 // ahead, see calibratedLead), waits until it has passed and
 // timerBurstMargin more, then times consumers consumers (see
 // fireConsumers) from their start until every fire was handled.
-func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (_ time.Duration, err error) {
+func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int, batch int64) (_ time.Duration, err error) {
 	r := s.open(e, consumers+redqTimerFillWorkers)
 	defer closeRun(r, &err)
 	conn, ts, err := r.connectTimers(ctx)
@@ -493,7 +513,7 @@ func (s *redqSystem) TimerBurst(ctx context.Context, e *env, n, consumers int) (
 	crew := newBaseCrew(ctx)
 	defer stopCrew(crew, &err)
 	start := time.Now()
-	fireConsumers(crew, consumers, []redq.Timers{ts}, tl)
+	fireConsumers(crew, consumers, []redq.Timers{ts}, tl, batch)
 	if err := baseAwait(ctx, tl.Done(), crew, redqLimit(n), func() error { return tl.counts().exact() }); err != nil {
 		return 0, fmt.Errorf("burst: %w", err)
 	}

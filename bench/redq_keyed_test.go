@@ -123,7 +123,9 @@ func TestRedqFireTimers(t *testing.T) {
 	victim.VictimTakes = 10
 	pairs := cfg
 	pairs.Pairs = 2
-	for name, c := range map[string]timerConfig{"one connection": cfg, "a consumer dies": victim, "two connections": pairs} {
+	batch := pairs
+	batch.Batch = 50
+	for name, c := range map[string]timerConfig{"one connection": cfg, "a consumer dies": victim, "two connections": pairs, "batches": batch} {
 		tl, err := s.FireTimers(ctx, e, c)
 		if err != nil {
 			t.Fatalf("%s: FireTimers: %v", name, err)
@@ -146,7 +148,7 @@ func TestRedqFireTimers(t *testing.T) {
 
 func TestRedqTimerBurst(t *testing.T) {
 	e, ctx := testEnv(t), testContext(t)
-	d, err := newRedq(time.Second).(*redqSystem).TimerBurst(ctx, e, 500, 4)
+	d, err := newRedq(time.Second).(*redqSystem).TimerBurst(ctx, e, 500, 4, 10)
 	if err != nil {
 		t.Fatalf("TimerBurst: %v", err)
 	}

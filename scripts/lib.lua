@@ -480,6 +480,49 @@ local function keyed()
     end
   end
 
+  -- Ack the keyed takes named by fields (of the connection storage uk)
+  -- together, as settle.lua would ack each (HDEL, then key_settled), in a
+  -- few calls whatever their number: the hot path of timers, whose fires
+  -- are acked in batches. Returns the set of fields that were held and
+  -- are acked now (a field named twice counts once).
+  function K.ack_takes(P, uk, fields)
+    local es = redis.call('HMGET', uk, unpack(fields))
+    local acked, found, keys, seen = {}, {}, {}, {}
+    for i = 1, #fields do
+      local f, e = fields[i], es[i]
+      if e and not acked[f] then
+        acked[f] = true
+        found[#found + 1] = f
+        local key = K.key_of(e)
+        if not seen[key] then
+          seen[key] = true
+          keys[#keys + 1] = key
+        end
+      end
+    end
+    if #found == 0 then
+      return acked
+    end
+    redis.call('HDEL', uk, unpack(found))
+    redis.call('HDEL', P.krun, unpack(keys))
+    local pk = P.kpark
+    if redis.call('EXISTS', pk) == 1 then
+      -- successors parked behind some of the keys become pending
+      local rs = redis.call('HMGET', pk, unpack(keys))
+      local now = nil
+      for i = 1, #keys do
+        local r = rs[i]
+        if r then
+          now = now or now_ms()
+          redis.call('HDEL', pk, keys[i])
+          local s, e = K.parse_rec(r)
+          K.place(P, keys[i], s, e, now, false)
+        end
+      end
+    end
+    return acked
+  end
+
   -- The running delivery e of key goes back to waiting (released, its lease
   -- lost, its connection dead, handed back by a stop), due at due: it is the
   -- key's pending item again, at the front of its line with front (then it

@@ -74,10 +74,31 @@ local leases = redis.call('EXISTS', lk) == 1
 local out, flags, groups = {1}, {}, {}
 local now = nil
 local settled, pushed = 0, 0
+-- acks of keyed takes (timer fires) are made together first, in a few
+-- calls (see ack_takes in lib.lua); the loop below answers for them
+local kacked = nil
+if mode == 'A' then
+  local kf = {}
+  for i = 5, #ARGV do
+    if is_keyed_take(ARGV[i]) then
+      kf[#kf + 1] = ARGV[i]
+    end
+  end
+  if #kf > 0 then
+    kacked = keyed().ack_takes(P, uk, kf)
+  end
+end
 for i = 5, #ARGV do
   local f, done = ARGV[i], 0
   local kt = is_keyed_take(f)
-  if mode == 'A' and not kt then
+  if kacked and kt then
+    if kacked[f] then
+      done = 1
+      kacked[f] = nil -- the same take named again in the call is not there
+    else
+      done = lost(P, conn, f)
+    end
+  elseif mode == 'A' and not kt then
     done = redis.call('HDEL', uk, f)
     if done == 0 then
       done = lost(P, conn, f)
