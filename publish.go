@@ -298,10 +298,6 @@ type pushCall struct {
 	meta          string // the queue's meta hash (its counters)
 	token         string
 	envs          []any
-	// sent tells whether the call went out before in a transaction: only
-	// its first send names the guard by its hash (see pushTx). One
-	// goroutine at a time sends a call.
-	sent bool
 }
 
 func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
@@ -364,30 +360,18 @@ func pushPerSlot(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd 
 // pushTx pushes large publishes in one transaction: each call's LPUSH and
 // the script that records its token.
 //
-// A call's first send names the script by its hash (EVALSHA), which saves
-// Redis hashing its text on every call; later sends name it by its text.
-// An EVALSHA that Redis refuses with NOSCRIPT (its script cache is empty:
-// a restart, a failover, SCRIPT FLUSH) fails alone, after the LPUSH ran.
-// On a first send that LPUSH is the call's only landing (go-redis never
-// sends a transaction again once it may have run, and redq's own later
-// sends name the script by its text), so the call is done: the script then
-// runs in its form that records the token and counts without pushing
-// (see publish.lua), and the call answers its envelopes as published even
-// if that run fails, when only the counters miss them.
+// The script is named by its text (EVAL), on every send: were it named by
+// its hash and Redis's script cache empty (a restart, a failover, SCRIPT
+// FLUSH), it would fail alone after the LPUSH ran, no token would be
+// recorded, and a send of the call again after a lost reply would land
+// the envelopes a second time.
 func pushTx(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 	pipe := c.TxPipeline()
 	pushes := make([]*redis.IntCmd, len(calls))
 	guards := make([]*redis.Cmd, len(calls))
-	first := make([]bool, len(calls))
 	for i, pc := range calls {
-		keys := []string{pc.ready, pc.record, pc.meta}
 		pushes[i] = pipe.LPush(ctx, pc.ready, pc.envs...)
-		if first[i] = !pc.sent; first[i] {
-			guards[i] = scripts.publish.EvalSha(ctx, pipe, keys, pc.token, len(pc.envs))
-		} else {
-			guards[i] = scripts.publish.Eval(ctx, pipe, keys, pc.token, len(pc.envs))
-		}
-		pc.sent = true
+		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record, pc.meta}, pc.token, len(pc.envs))
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "EXECABORT") {
@@ -398,17 +382,9 @@ func pushTx(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 		}
 		return guards
 	}
-	for i, pc := range calls {
+	for i := range calls {
 		if perr := pushes[i].Err(); perr != nil && guards[i].Err() == nil {
 			guards[i].SetErr(perr)
-			continue
-		}
-		if first[i] && pushes[i].Err() == nil && isNoScript(guards[i].Err()) {
-			// the LPUSH ran unguarded: record and count it
-			_ = scripts.publish.Eval(ctx, c, []string{pc.ready, pc.record, pc.meta}, pc.token, len(pc.envs), "").Err()
-			landed := redis.NewCmd(ctx)
-			landed.SetVal(int64(len(pc.envs)))
-			guards[i] = landed
 		}
 	}
 	return guards

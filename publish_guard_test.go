@@ -7,11 +7,10 @@ import (
 	"time"
 )
 
-// A large publish names the guard by its hash on its first send. When
-// Redis's script cache is empty then (a restart, a failover, SCRIPT
-// FLUSH), the LPUSH ran without the guard: the call lands once, is
-// counted and recorded, and a later send of it (named by the script's
-// text) lands nothing.
+// A large publish is an LPUSH and its guard in one transaction. When
+// Redis's script cache is empty (a restart, a failover, SCRIPT FLUSH), the
+// guard still runs, because it is sent by its text: the call lands once,
+// is counted and recorded, and a later send of it lands nothing.
 func TestLargePublishWithAnEmptyScriptCacheLandsOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ns := namespace()
@@ -65,5 +64,37 @@ func TestLargePublishWithAnEmptyScriptCacheLandsOnce(t *testing.T) {
 			}
 		}
 		wantCounts(t, c, "jobs", int64(len(envs)+3*(pushScriptMax+1)), 0, 0)
+	})
+}
+
+// A large publish whose first send meets an empty script cache and whose
+// reply is lost is sent again by redq, and lands once. Had the first send
+// named its guard by hash, its LPUSH would have run without a guard to
+// record its token, and the send again would have kept its own LPUSH: the
+// payloads twice in ready. Both large paths: a call small enough to be
+// coalesced with others (it goes alone here), and one sent on its own.
+func TestLargePublishLostReplyAfterAnEmptyScriptCacheLandsOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		for _, n := range []int{coalesceMaxPayloads / 2, coalesceMaxPayloads + 150} {
+			t.Run(fmt.Sprint(n), func(t *testing.T) {
+				r := newFaultRig(t, b.client, backendAddr(b))
+				name := fmt.Sprintf("large%d", n)
+				q := openQueue(t, r.worker, name)
+				if err := b.client.ScriptFlush(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				r.proxy.arm("$4\r\nexec\r\n", "$4\r\nEXEC\r\n")
+				if err := q.Publish(procPayloads(name, n)...); err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+				if got := r.proxy.trips(); got != 1 {
+					t.Fatalf("the proxy lost %d replies, want 1", got)
+				}
+				wantCounts(t, r.admin, name, int64(n), 0, 0)
+			})
+		}
 	})
 }

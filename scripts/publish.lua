@@ -10,15 +10,11 @@
 --   script with no envelopes, so that the payloads never pass through Lua
 --   (about 0.3µs a payload). When a send of the call ran already it undoes
 --   the LPUSH, in the same atomic step, by popping the ARGV[2] envelopes
---   just pushed to the head. The first send of a call names the script by
---   its hash (EVALSHA), every later send by its text (EVAL): a script that
---   Redis does not know (its cache is empty after a restart or a failover)
---   fails while the LPUSH before it runs, and that is harmless only when
---   no send of the call ran before, which is so for the first send alone
---   (go-redis never sends a transaction again once it may have run). The
---   sender then runs this script in its third form, with ARGV[3] empty:
---   the LPUSH ran unguarded, so it records the token and counts, and never
---   pops (see pushTx).
+--   just pushed to the head. It is sent with EVAL, not EVALSHA, on every
+--   send: a script that Redis did not know (its cache is empty after a
+--   restart, a failover or SCRIPT FLUSH) would fail while the LPUSH before
+--   it ran, recording no token, and a send of the call again after a lost
+--   reply would land the envelopes twice.
 --
 -- go-redis sends a command again when the connection breaks before the
 -- reply came (Redis shutting down, a timeout), and redq does too until
@@ -37,7 +33,7 @@
 -- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
 -- the queue's meta hash
 -- ARGV[1] token, ARGV[2] how many envelopes the call has, ARGV[3..] the
--- envelopes (small form only; an empty ARGV[3] in the third form)
+-- envelopes (small form only)
 local last = redis.call('SET', KEYS[2], ARGV[1], 'GET', 'PX', REPLY_KEEP)
 if last and tonumber(last) >= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[2], last, 'PX', REPLY_KEEP)
@@ -46,7 +42,7 @@ if last and tonumber(last) >= tonumber(ARGV[1]) then
   end
   return 0
 end
-if #ARGV > 2 and ARGV[3] ~= '' then
+if #ARGV > 2 then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
 tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
