@@ -406,57 +406,59 @@ func pushScripts(calls []*pushCall) []scriptCall {
 	return sc
 }
 
-// flush sends one script call per queue, in one pipeline.
+// flush sends one publish call per queue, in one pipeline.
 func (p *publisher) flush(_ int, batch []*publishRequest) {
+	var calls []*remembered
 	if len(batch) == 1 {
-		// a call alone (one goroutine publishing): its envelopes as they are
-		r := batch[0]
-		if !r.state.CompareAndSwap(requestPending, requestTaken) {
-			return // withdrawn by its caller
+		// a call alone (one goroutine publishing) needs no grouping
+		if batch[0].state.CompareAndSwap(requestPending, requestTaken) {
+			calls = []*remembered{p.call(batch)}
 		}
-		field, token := p.fields.take(p.conn)
-		rc := &remembered{push: p.pushCall(r.q, field, token, r.envs), deadline: r.deadline}
-		rc.done = func(_ any, err error) {
-			p.fields.put(field)
-			r.done <- err
+	} else {
+		var queues []*redisQueue
+		byQueue := map[*redisQueue][]*publishRequest{}
+		for _, r := range batch {
+			if !r.state.CompareAndSwap(requestPending, requestTaken) {
+				continue // withdrawn by its caller
+			}
+			if byQueue[r.q] == nil {
+				queues = append(queues, r.q)
+			}
+			byQueue[r.q] = append(byQueue[r.q], r)
 		}
-		p.conn.sendAll([]*remembered{rc})
-		return
+		calls = make([]*remembered, 0, len(queues))
+		for _, q := range queues {
+			calls = append(calls, p.call(byQueue[q]))
+		}
 	}
-	var queues []*redisQueue
-	byQueue := map[*redisQueue][]*publishRequest{}
-	for _, r := range batch {
-		if !r.state.CompareAndSwap(requestPending, requestTaken) {
-			continue // withdrawn by its caller
-		}
-		if byQueue[r.q] == nil {
-			queues = append(queues, r.q)
-		}
-		byQueue[r.q] = append(byQueue[r.q], r)
+	if len(calls) > 0 {
+		p.conn.sendAll(calls)
 	}
-	if len(queues) == 0 {
-		return
-	}
-	calls := make([]*remembered, len(queues))
-	for i, q := range queues {
-		field, token := p.fields.take(p.conn)
-		rs := byQueue[q]
-		var envs []any
-		rc := &remembered{}
+}
+
+// call is one publish call of the requests rs, all to one queue: their
+// envelopes in order (a lone request's as they are, not copied), sent
+// again until the latest of their deadlines, and its answer given to each.
+func (p *publisher) call(rs []*publishRequest) *remembered {
+	envs := rs[0].envs
+	if len(rs) > 1 {
+		envs = nil
 		for _, r := range rs {
 			envs = append(envs, r.envs...)
-			if r.deadline.After(rc.deadline) {
-				rc.deadline = r.deadline
-			}
 		}
-		rc.push = p.pushCall(q, field, token, envs)
-		rc.done = func(_ any, err error) {
-			p.fields.put(field)
-			for _, r := range rs {
-				r.done <- err
-			}
-		}
-		calls[i] = rc
 	}
-	p.conn.sendAll(calls)
+	field, token := p.fields.take(p.conn)
+	rc := &remembered{push: p.pushCall(rs[0].q, field, token, envs)}
+	for _, r := range rs {
+		if r.deadline.After(rc.deadline) {
+			rc.deadline = r.deadline
+		}
+	}
+	rc.done = func(_ any, err error) {
+		p.fields.put(field)
+		for _, r := range rs {
+			r.done <- err
+		}
+	}
+	return rc
 }

@@ -221,11 +221,7 @@ func evalBatch(ctx context.Context, c sender, calls []scriptCall) []*redis.Cmd {
 	if len(calls) == 1 {
 		// one call needs no pipeline
 		sc := calls[0]
-		cmd := sc.script.EvalSha(ctx, c, sc.keys, sc.args...)
-		if isNoScript(cmd.Err()) {
-			cmd = sc.script.Eval(ctx, c, sc.keys, sc.args...)
-		}
-		return []*redis.Cmd{cmd}
+		return []*redis.Cmd{sc.script.Run(ctx, c, sc.keys, sc.args...)}
 	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
