@@ -373,21 +373,27 @@ func pushTx(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 		pushes[i] = pipe.LPush(ctx, pc.ready, pc.envs...)
 		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record, pc.meta}, pc.token, len(pc.envs))
 	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && strings.HasPrefix(err.Error(), "EXECABORT") {
-		for i := range calls {
-			if perr := pushes[i].Err(); perr != nil && !strings.HasPrefix(perr.Error(), "EXECABORT") {
-				guards[i].SetErr(perr)
-			}
-		}
-		return guards
-	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
 	for i := range calls {
-		if perr := pushes[i].Err(); perr != nil && guards[i].Err() == nil {
-			guards[i].SetErr(perr)
+		if perr := pushes[i].Err(); perr != nil {
+			guards[i].SetErr(txCallErr(perr, guards[i].Err()))
 		}
 	}
 	return guards
+}
+
+// txCallErr is the error of a call in a transaction whose LPUSH failed
+// with push (not nil) and whose guard with guard (nil: none). When Redis
+// refused the LPUSH as the transaction was queued (out of memory, no
+// permission), it runs nothing and EXEC answers EXECABORT, which go-redis
+// gives to the commands that were queued (a cluster client to every
+// command not refused): the LPUSH's error is then the reason. An LPUSH
+// that failed while its guard ran fails the call too.
+func txCallErr(push, guard error) error {
+	if guard == nil || strings.HasPrefix(guard.Error(), "EXECABORT") {
+		return push
+	}
+	return guard
 }
 
 // pushScripts returns calls as calls of publish.lua when they are all

@@ -2,9 +2,12 @@ package redq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A large publish is an LPUSH and its guard in one transaction. When
@@ -95,6 +98,58 @@ func TestLargePublishLostReplyAfterAnEmptyScriptCacheLandsOnce(t *testing.T) {
 				}
 				wantCounts(t, r.admin, name, int64(n), 0, 0)
 			})
+		}
+	})
+}
+
+// A transaction that Redis refused as it was queued answers each large
+// publish with its LPUSH's reason, not with the EXECABORT that go-redis
+// gives the guard (a cluster client gives it to every command but the
+// refused one), so that the caller learns why.
+func TestLargePublishRefusedInATransactionAnswersTheReason(t *testing.T) {
+	oom := errors.New("OOM command not allowed when used memory > 'maxmemory'.")
+	abort := errors.New("EXECABORT Transaction discarded because of previous errors.")
+	wrongType := errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
+	for _, tc := range []struct {
+		push, guard, want error
+	}{
+		{oom, abort, oom},           // the LPUSH refused, the guard aborted with it
+		{abort, abort, abort},       // another call's command was refused
+		{wrongType, nil, wrongType}, // the LPUSH failed, its guard ran
+		{oom, wrongType, wrongType}, // the guard's own error stays
+	} {
+		if got := txCallErr(tc.push, tc.guard); got != tc.want {
+			t.Errorf("txCallErr(%v, %v) = %v, want %v", tc.push, tc.guard, got, tc.want)
+		}
+	}
+}
+
+// On a cluster, a large publish into a node out of memory answers
+// ErrorWritesRefused with Redis's OOM error, not a bare EXECABORT. (Out of
+// memory, Redis refuses every command queued in a transaction, the guard
+// too; the test above covers an LPUSH refused alone.)
+func TestLargePublishRefusedOnAClusterIsWritesRefused(t *testing.T) {
+	onCluster(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "oom", namespace(), WithRetryTimeout(300*time.Millisecond))
+		q := openQueue(t, c, "oom")
+		ctx := context.Background()
+		master, err := sharedCluster(t).MasterFor(ctx, q.keys.ready)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := redis.NewClient(&redis.Options{Addr: master.Addr()})
+		t.Cleanup(func() { node.Close() })
+		if err := node.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := node.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+				t.Error(err)
+			}
+		})
+		err = q.Publish(procPayloads("oom", coalesceMaxPayloads+1)...)
+		if !errors.Is(err, ErrorWritesRefused) || !containsRedisError(err, "OOM") {
+			t.Fatalf("publish into a node out of memory: %v, want ErrorWritesRefused with Redis's OOM error", err)
 		}
 	})
 }
