@@ -217,12 +217,13 @@ func isLost(err error) bool {
 // evalBatch runs one script per call in a single pipeline (one round trip;
 // a cluster client splits it by slot). Calls whose script was not cached are
 // run again with EVAL; they did not run the first time.
+//
+// A lone call goes in a pipeline too. go-redis sends a lone command again
+// itself after a broken connection and returns the last try's error, so a
+// call whose first try reached Redis and whose next try met a refused dial
+// would read as never sent (ErrorUnavailable) although it may have run. A
+// pipeline's commands keep the error of the try that sent them.
 func evalBatch(ctx context.Context, c sender, calls []scriptCall) []*redis.Cmd {
-	if len(calls) == 1 {
-		// one call needs no pipeline
-		sc := calls[0]
-		return []*redis.Cmd{sc.script.Run(ctx, c, sc.keys, sc.args...)}
-	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, sc := range calls {
