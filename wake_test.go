@@ -186,10 +186,17 @@ func TestIdleWakeOfACleanedConnectionTakesNothing(t *testing.T) {
 // go-redis reads a pipeline with the client's read timeout, so a wait sent
 // with its fetch must end before it: an idle consumer with a pollDuration
 // far beyond the read timeout reports no errors and still picks up a
-// publish.
+// publish. At 200ms the wait must leave room for Redis's 100ms timeout
+// granularity.
 func TestIdleWaitStaysWithinTheReadTimeout(t *testing.T) {
+	for _, rt := range []time.Duration{600 * time.Millisecond, 200 * time.Millisecond} {
+		t.Run(rt.String(), func(t *testing.T) { idleWaitWithin(t, rt) })
+	}
+}
+
+func idleWaitWithin(t *testing.T, rt time.Duration) {
 	shared := realClient(t)
-	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: 600 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: rt})
 	t.Cleanup(func() { client.Close() })
 	errs := make(chan error, 10)
 	ns := namespace()
