@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestDuplicatePayloadsAreDistinctDeliveries(t *testing.T) {
@@ -299,6 +301,57 @@ func TestAckCallAnswersPerTake(t *testing.T) {
 			t.Fatalf("returned %d, %v; want 1", n, err)
 		}
 		want(call("s2", "11", ref(2)), 0, 0)
+		wantCounts(t, c, "jobs", 1, 0, 0)
+	})
+}
+
+// The short ack script answers 2 for a take whose lease ran out (it went
+// back to ready), and ends the lease of each take it acks.
+func TestAckCallAnswersALostLeaseAndEndsLeases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "ack", namespace())
+		q := openQueue(t, c, "jobs")
+		clock := &redisClock{b: b}
+		ttr := 100 * time.Millisecond
+		if b.mini != nil {
+			ttr = time.Minute
+			clock.freeze()
+		}
+		mustPut(t, q, "held", TTR(time.Hour))
+		mustPut(t, q, "lapsed", TTR(ttr))
+		ds := take(t, q, 2)
+		reg := c.registration()
+		refs := map[string]string{}
+		for _, d := range ds {
+			refs[d.Payload()] = d.(*redisDelivery).ref()
+		}
+		lease := func(payload string) bool {
+			t.Helper()
+			_, err := b.client.ZScore(ctx, q.keys.block[3], refs[payload]+":"+reg.name).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			return err == nil
+		}
+		if !lease("held") || !lease("lapsed") {
+			t.Fatal("a take has no lease")
+		}
+		clock.advance(ttr + time.Second)
+		if _, err := NewCleaner(c).Clean(); err != nil { // ends the lapsed lease
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "jobs", 1, 0, 1)
+		v, err := scripts.ack.Run(ctx, b.client, q.keys.ackKeys(reg.name), reg.name, "s1", "1", refs["held"], refs["lapsed"]).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(v) != "[1 1 2]" {
+			t.Fatalf("got %v, want [1 1 2]", v)
+		}
+		if lease("held") || lease("lapsed") {
+			t.Fatal("a lease is left after the ack")
+		}
 		wantCounts(t, c, "jobs", 1, 0, 0)
 	})
 }

@@ -404,10 +404,34 @@ func (q *redisQueue) interruptFetch() {
 	}
 }
 
-// unsureFetch is a fetch that failed: its registration and size.
+// unsureFetch is a fetch that failed: its registration and size, and
+// when it was first sent. A resend of it under the same token may get the
+// first send's deliveries back from Redis's record (see fetch.lua), whose
+// leases started no earlier than that first send, not at the resend.
 type unsureFetch struct {
-	reg *registration
-	n   int64
+	reg  *registration
+	n    int64
+	sent time.Time
+}
+
+// markUnsure remembers that a fetch of n under reg, sent at sent, failed
+// and may have run: it keeps the earliest send of the same call (the
+// token changes only after a fetch succeeded).
+func (q *redisQueue) markUnsure(reg *registration, n int64, sent time.Time) {
+	if u := q.unsure; u != nil && u.reg == reg && u.sent.Before(sent) {
+		sent = u.sent
+	}
+	q.unsure = &unsureFetch{reg: reg, n: n, sent: sent}
+}
+
+// leaseStart is when the leases of a fetch under reg that was sent at sent
+// started at the earliest: for deliveries that came back from the record
+// of an earlier send of the same call (replayed), that send's time.
+func (q *redisQueue) leaseStart(reg *registration, t taken, sent time.Time) time.Time {
+	if u := q.unsure; t.replayed && u != nil && u.reg == reg && u.sent.Before(sent) {
+		return u.sent
+	}
+	return sent
 }
 
 // settleUnsureFetch runs once the fetch loop is over. When its last fetch
@@ -435,6 +459,9 @@ func (q *redisQueue) settleUnsureFetch() {
 		return
 	}
 	q.fetchToken++
+	if t.replayed && u.sent.Before(sent) {
+		sent = u.sent
+	}
 	ds := q.deliveries(t, sent)
 	q.mu.Lock()
 	q.leftovers = append(q.leftovers, ds...)
@@ -743,7 +770,7 @@ func (q *redisQueue) waitFetch(ctx context.Context, w *waiter, reg *registration
 		if !errors.As(ferr, &redisErr) {
 			// It may have run with its reply lost: the next fetch (under
 			// the same token) or the stop sends it again.
-			q.unsure = &unsureFetch{reg: reg, n: want}
+			q.markUnsure(reg, want, sent)
 		}
 		return want, 0, 0, false, err
 	}
@@ -799,6 +826,11 @@ const hintCapped = -2
 // hintPaused is fetch.lua's hint when the queue is paused: wait on its
 // resume list (see Queue.Pause).
 const hintPaused = -3
+
+// hintReplayed is fetch.lua's hint when it answered a resend from the
+// record of the first send; parseTaken makes it 0 (call again) and marks
+// the take replayed.
+const hintReplayed = -4
 
 // refillPause is how long the fetch loop lets room gather while more than
 // half the buffer is full (see fetchLoop).
@@ -879,9 +911,10 @@ func (q *redisQueue) accept(reg *registration, n int64, t taken, sent time.Time,
 		q.conn.observe(EventFetch, q.name, "", len(t.envs), sent, err)
 	}
 	if err != nil {
-		q.unsure = &unsureFetch{reg: reg, n: n}
+		q.markUnsure(reg, n, sent)
 		return 0, 0, err
 	}
+	sent = q.leaseStart(reg, t, sent)
 	q.unsure = nil
 	q.fetchToken++
 	size := 0
@@ -925,12 +958,15 @@ func (q *redisQueue) deliveries(t taken, sent time.Time) []*redisDelivery {
 }
 
 // taken is what one fetch call took: the envelopes, the registration and
-// the fence of the take (see fetch.lua) and the hint.
+// the fence of the take (see fetch.lua) and the hint. replayed is set when
+// the call was a resend and Redis answered from the record of the first
+// send: the deliveries were taken then.
 type taken struct {
-	reg   *registration
-	envs  []string
-	fence string
-	hint  int64
+	reg      *registration
+	envs     []string
+	fence    string
+	hint     int64
+	replayed bool
 }
 
 // takeRaw runs the fetch script under a field of the replies hash and a
@@ -958,6 +994,9 @@ func (q *redisQueue) parseTaken(reg *registration, v []any) (taken, error) {
 	}
 	q.needOthers(need)
 	t := taken{reg: reg, envs: make([]string, len(v)-3), fence: strconv.FormatInt(fence, 10), hint: hint}
+	if hint == hintReplayed {
+		t.hint, t.replayed = 0, true
+	}
 	for i, x := range v[:len(v)-3] {
 		s, ok := x.(string)
 		if !ok {

@@ -91,11 +91,7 @@ func (w *waiter) wait(ctx context.Context, d time.Duration, onTime bool) error {
 // waitKey is wait on another list of the queue (one in the same slot as
 // the waiter's key): the resume list of a paused queue.
 func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTime bool) error {
-	if err := w.resolve(ctx); err != nil {
-		return err
-	}
-	if err := w.identify(ctx); err != nil {
-		w.failed(err)
+	if err := w.prepare(ctx); err != nil {
 		return err
 	}
 	var c blockingCmdable = w.client
@@ -113,8 +109,7 @@ func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTim
 	if d < time.Second {
 		// go-redis rounds BLMOVE's timeout up to whole seconds; send the
 		// fraction ourselves (it stays within the default read timeout).
-		secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
-		err = c.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", secs).Err()
+		err = c.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", waitSecs(d)).Err()
 		if errors.Is(err, errBareCmdable) {
 			// a bare Cmdable (see universal): whole seconds only
 			err = c.BLMove(ctx, key, key, "RIGHT", "RIGHT", time.Second).Err()
@@ -122,24 +117,58 @@ func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTim
 	} else {
 		err = c.BLMove(ctx, key, key, "RIGHT", "RIGHT", d.Truncate(time.Second)).Err()
 	}
-	if errors.Is(err, redis.Nil) {
+	return w.waited(ctx, err, d)
+}
+
+// prepare makes the waiter ready to wait: on a cluster it finds the key's
+// master, and it learns the dedicated connection's id (see identify).
+func (w *waiter) prepare(ctx context.Context) error {
+	if err := w.resolve(ctx); err != nil {
+		return err
+	}
+	if err := w.identify(ctx); err != nil {
+		w.failed(err)
+		return err
+	}
+	return nil
+}
+
+// waited turns the error of a wait of up to d into the wait's answer: a
+// timeout (redis.Nil) is nil; any other error drops what it may have
+// invalidated (see failed); a cluster's answer that the key's slot is
+// being migrated is nil after a brief pause.
+func (w *waiter) waited(ctx context.Context, err error, d time.Duration) error {
+	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
-	if err != nil {
-		w.failed(err)
-		if migrating(err) {
-			// The slot is being migrated and the key is on its way: the
-			// fetch that follows is redirected; there is nothing to
-			// wait on here, so wait briefly and let the caller fetch.
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(d, shortWait)):
-			}
-			return nil
+	w.failed(err)
+	if migrating(err) {
+		// The slot is being migrated and the key is on its way: the
+		// fetch that follows is redirected; there is nothing to wait on
+		// here, so wait briefly and let the caller fetch.
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(d, shortWait)):
 		}
+		return nil
 	}
 	return err
 }
+
+// waitSecs is BLMOVE's timeout argument for d: seconds with a fraction,
+// at least 1ms (0 would block for ever).
+func waitSecs(d time.Duration) string {
+	return strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
+}
+
+// waitMargin is the least time a pipelined wait leaves between its end
+// and the client's read timeout: Redis ends a blocked command up to 100ms
+// late at the default hz 10 (see wait), and the reply still has to come.
+const waitMargin = 150 * time.Millisecond
+
+// minPipelinedWait is the shortest wait worth a pipeline: a client whose
+// read timeout leaves less (under about 200ms) waits with waitKey.
+const minPipelinedWait = 50 * time.Millisecond
 
 // waitFetch is waitKey followed by a fetch in the same pipeline, on a
 // dedicated connection: Redis runs the fetch (fetch adds it to the
@@ -148,18 +177,15 @@ func (w *waiter) waitKey(ctx context.Context, key string, d time.Duration, onTim
 // after the publish instead of two.
 //
 // It returns the fetch's command (nil when it was not sent: there is no
-// dedicated connection here, and the caller fetches on its own), and how
-// long Redis spent from the pipeline's arrival to the start of the fetch
-// (0 when unknown): the pipeline reads Redis's clock before the BLMOVE and
-// between it and the fetch, so that a lease the fetch started can be
-// measured from the send time plus that span, never from before it. err
-// is the wait's error; the fetch's is on its command.
+// dedicated connection here, or the client's read timeout is too short
+// for it, and the caller fetches on its own), and how long Redis spent
+// from the pipeline's arrival to the start of the fetch (0 when unknown):
+// the pipeline reads Redis's clock before the BLMOVE and between it and
+// the fetch, so that a lease the fetch started can be measured from the
+// send time plus that span, never from before it. err is the wait's
+// error; the fetch's is on its command.
 func (w *waiter) waitFetch(ctx context.Context, key string, d time.Duration, onTime bool, fetch func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, time.Duration, error) {
-	if err := w.resolve(ctx); err != nil {
-		return nil, 0, err
-	}
-	if err := w.identify(ctx); err != nil {
-		w.failed(err)
+	if err := w.prepare(ctx); err != nil {
 		return nil, 0, err
 	}
 	if w.dedicated == nil {
@@ -170,35 +196,32 @@ func (w *waiter) waitFetch(ctx context.Context, key string, d time.Duration, onT
 	// well inside it. Waiting less than asked is harmless; the caller
 	// fetches and waits again.
 	if rt := w.readTimeout(); rt > 0 {
-		d = min(d, rt-min(time.Second, rt/2))
+		limit := rt - max(rt/2, waitMargin)
+		if limit < minPipelinedWait {
+			return nil, 0, w.waitKey(ctx, key, d, onTime)
+		}
+		d = min(d, limit)
 	}
 	if onTime {
 		stop := w.unblockAt(d)
 		defer stop()
 	}
-	secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
 	pipe := w.dedicated.Pipeline()
 	t0 := pipe.Time(ctx)
-	blocked := pipe.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", secs)
+	blocked := pipe.Do(ctx, "BLMOVE", key, key, "RIGHT", "RIGHT", waitSecs(d))
 	t1 := pipe.Time(ctx)
 	fetched := fetch(pipe)
 	_, _ = pipe.Exec(ctx)
-	err := blocked.Err()
-	if errors.Is(err, redis.Nil) {
-		err = nil
+	if err := blocked.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		// on a migrating slot the fetch was refused too, and the caller
+		// fetches anew (see waited)
+		return fetched, 0, w.waited(ctx, err, d)
 	}
-	if err != nil {
+	var redisErr redis.Error
+	if err := fetched.Err(); err != nil && !errors.As(err, &redisErr) {
+		// The wait's reply came but the fetch's did not: the connection
+		// is as broken as if the wait's had been lost.
 		w.failed(err)
-		if migrating(err) {
-			// the key is on its way to another node (see waitKey): the
-			// fetch was refused too, and the caller fetches anew
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(d, shortWait)):
-			}
-			return fetched, 0, nil
-		}
-		return fetched, 0, err
 	}
 	var spent time.Duration
 	if a, b := t0.Val(), t1.Val(); t0.Err() == nil && t1.Err() == nil && b.After(a) {

@@ -134,8 +134,12 @@ func TestIdleWakeHandsOverTheDeliveryInOneRoundTrip(t *testing.T) {
 // A connection that a cleaner declared dead while it waited idle learns it
 // from the fetch that comes with the wait: that fetch refuses, takes
 // nothing, and the delivery that woke it stays for a live connection.
+//
+// It runs on a real Redis only: miniredis has no CLIENT ID, so its waits
+// go through the pool without a fetch behind them.
 func TestIdleWakeOfACleanedConnectionTakesNothing(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	b := backend{name: "redis", client: realClient(t)}
+	func() {
 		ns := namespace()
 		z, err := openConn(b.client, "zombie", nil, ns)
 		if err != nil {
@@ -180,16 +184,23 @@ func TestIdleWakeOfACleanedConnectionTakesNothing(t *testing.T) {
 		default:
 		}
 		resume(z)
-	})
+	}()
 }
 
 // go-redis reads a pipeline with the client's read timeout, so a wait sent
 // with its fetch must end before it: an idle consumer with a pollDuration
 // far beyond the read timeout reports no errors and still picks up a
-// publish.
+// publish. At 200ms the wait must leave room for Redis's 100ms timeout
+// granularity.
 func TestIdleWaitStaysWithinTheReadTimeout(t *testing.T) {
+	for _, rt := range []time.Duration{600 * time.Millisecond, 200 * time.Millisecond} {
+		t.Run(rt.String(), func(t *testing.T) { idleWaitWithin(t, rt) })
+	}
+}
+
+func idleWaitWithin(t *testing.T, rt time.Duration) {
 	shared := realClient(t)
-	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: 600 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: rt})
 	t.Cleanup(func() { client.Close() })
 	errs := make(chan error, 10)
 	ns := namespace()
@@ -309,9 +320,12 @@ func TestIdleWakeTakesPrioritiesDelayedAndResumed(t *testing.T) {
 
 // The lease of a delivery that a wait's fetch took is measured from when
 // the fetch ran, not from when the wait was sent: a delivery whose time
-// to run is shorter than the wait is still handed out.
+// to run is shorter than the wait is still handed out. It runs on a real
+// Redis only: miniredis has no CLIENT ID, so its waits go through the pool
+// without a fetch behind them.
 func TestIdleWakeHandsOutADeliveryWithATTRShorterThanTheWait(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	b := backend{name: "redis", client: realClient(t)}
+	func() {
 		ns := namespace()
 		c := openT(t, b, "ttr", ns)
 		q := openQueue(t, c, "ttr")
@@ -332,5 +346,56 @@ func TestIdleWakeHandsOutADeliveryWithATTRShorterThanTheWait(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("a delivery with a TTR shorter than the wait was not handed out")
 		}
+	}()
+}
+
+// When the reply of a wait and its fetch is lost after the fetch took a
+// delivery, the fetch is sent again under the same token and Redis answers
+// from its record with the delivery the first send took. Its lease started
+// then: the delivery's local lease end must not be later than Redis's,
+// however long the lost reply was held.
+func TestIdleWakeLeaseOfAReplayedFetchEndsNoLaterThanRedis(t *testing.T) {
+	direct := realClient(t)
+	r := newFaultRig(t, direct, realRedis.Addr())
+	q := openQueue(t, r.worker, "wkl")
+	got := make(chan Delivery, 10)
+	r.proxy.armHold("BLMOVE")
+	if err := q.StartConsuming(10, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+		t.Fatal(err)
+	}
+	r.proxy.awaitTrip(t, 1) // the wait is sent, its reply will be held
+	time.Sleep(100 * time.Millisecond)
+	mustPut(t, openQueue(t, r.admin, "wkl"), "x", TTR(3*time.Second))
+	eventually(t, "the fetch behind the wait took it", func() bool {
+		_, _, u := counts(t, r.admin, "wkl")
+		return u == 1
 	})
+	time.Sleep(time.Second)
+	r.proxy.releaseHeld() // the reply is lost; the fetch is sent again
+	select {
+	case d := <-got:
+		rd := d.(*redisDelivery)
+		score, err := direct.ZScore(context.Background(), q.keys.block[3], rd.ref()+":"+r.worker.Name()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, inRedis := time.Unix(0, rd.leaseEnd.Load()), time.UnixMilli(int64(score))
+		if late := local.Sub(inRedis); late > time.Millisecond {
+			t.Errorf("local lease end %v later than Redis's", late)
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery was not handed out")
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("handed out twice: %q", d.Payload())
+	case <-time.After(300 * time.Millisecond):
+	}
+	wantCounts(t, r.admin, "wkl", 0, 0, 0)
 }

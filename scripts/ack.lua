@@ -19,23 +19,9 @@
 local conn, field, token = ARGV[1], ARGV[2], ARGV[3]
 local uk, rk = KEYS[3], KEYS[4]
 local n = #ARGV - 3
-local last = redis.call('HGET', rk, field)
-if last then
-  local t, lt = tonumber(token), tonumber(string.match(last, '^(%d+)|'))
-  if lt == t then
-    local out = {1}
-    for i = #token + 2, #last do
-      out[#out + 1] = tonumber(string.sub(last, i, i))
-    end
-    return out
-  elseif lt > t then
-    -- a late send of a call that is over (see remembered in retry.go)
-    local out = {1}
-    for i = 1, n do
-      out[i + 1] = 0
-    end
-    return out
-  end
+local before = settled_before(rk, field, token, n)
+if before then
+  return before
 end
 local out, flags, members = {1}, {}, {}
 local acked, registered = 0, nil

@@ -11,7 +11,9 @@
 -- nothing is scheduled; -2 means the connection holds its cap (below); -3
 -- means the queue is paused (see pause.lua): the call takes nothing (it
 -- still ends leases that ran out and promotes due deliveries), and the
--- caller waits on the queue's resume list.
+-- caller waits on the queue's resume list; -4 means the reply is a
+-- resend's, from the record below (the deliveries were taken by the first
+-- send, and their leases started then), and is otherwise read as 0.
 --
 -- Refuses (error LOST) when the connection is not registered for the queue
 -- any more: a cleaner returned its deliveries.
@@ -81,7 +83,7 @@ if lt == tonumber(token) then
     end
   end
   out[#out + 1] = tonumber(fence)
-  out[#out + 1] = 0
+  out[#out + 1] = -4
   out[#out + 1] = ''
   return out
 end

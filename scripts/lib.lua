@@ -722,6 +722,32 @@ local function remember(rec, token, out)
   redis.call('SET', rec, token .. ':' .. out, 'PX', REPLY_KEEP)
 end
 
+-- For the calls that settle takes (settle.lua, ack.lua), whose record in
+-- field of the replies hash is "token|r1...rn": the answer, {1, r1, ...,
+-- rn}, when this call ran already; {1, 0, ...} (n zeros) for a late send
+-- of an older call under field, which does nothing; nil when it is to run.
+local function settled_before(rk, field, token, n)
+  local last = redis.call('HGET', rk, field)
+  if not last then
+    return nil
+  end
+  local t, lt = tonumber(token), tonumber(string.match(last, '^(%d+)|'))
+  local out = {1}
+  if lt == t then
+    for i = #token + 2, #last do
+      out[#out + 1] = tonumber(string.sub(last, i, i))
+    end
+    return out
+  elseif lt > t then
+    -- a late send of a call that is over (see remembered in retry.go)
+    for i = 1, n do
+      out[i + 1] = 0
+    end
+    return out
+  end
+  return nil
+end
+
 -- Return deliveries whose lease ran out (at most max) to the front of
 -- ready, with their attempt counted, in a few calls per connection.
 -- Leases of connections whose storage was not declared stay as they are,

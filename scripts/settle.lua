@@ -42,23 +42,9 @@ if string.byte(mode, 1) == 83 then
 end
 local own = conn_keys(P, conn)
 local uk, rk = own.uk, own.rk
-local last = redis.call('HGET', rk, field)
-if last then
-  local t, lt = tonumber(token), tonumber(string.match(last, '^(%d+)|'))
-  if lt == t then
-    local out = {1}
-    for i = #token + 2, #last do
-      out[#out + 1] = tonumber(string.sub(last, i, i))
-    end
-    return out
-  elseif lt > t then
-    -- a late send of a call that is over (see remembered in retry.go)
-    local out = {1}
-    for i = 5, #ARGV do
-      out[#out + 1] = 0
-    end
-    return out
-  end
+local before = settled_before(rk, field, token, #ARGV - 4)
+if before then
+  return before
 end
 if redis.call('HEXISTS', P.consumers, conn) == 0 then
   -- A cleaner emptied this connection's storage and unregistered it: there
