@@ -164,6 +164,8 @@ func waitSecs(d time.Duration) string {
 // waitMargin is the least time a pipelined wait leaves between its end
 // and the client's read timeout: Redis ends a blocked command up to 100ms
 // late at the default hz 10 (see wait), and the reply still has to come.
+// The margin is half the read timeout, at most a second and at least
+// this: with go-redis's default 5s, an idle consumer fetches every 4s.
 const waitMargin = 150 * time.Millisecond
 
 // minPipelinedWait is the shortest wait worth a pipeline: a client whose
@@ -196,7 +198,7 @@ func (w *waiter) waitFetch(ctx context.Context, key string, d time.Duration, onT
 	// well inside it. Waiting less than asked is harmless; the caller
 	// fetches and waits again.
 	if rt := w.readTimeout(); rt > 0 {
-		limit := rt - max(rt/2, waitMargin)
+		limit := rt - max(min(time.Second, rt/2), waitMargin)
 		if limit < minPipelinedWait {
 			return nil, 0, w.waitKey(ctx, key, d, onTime)
 		}
