@@ -70,40 +70,68 @@ func (h *sendCounter) track(cmds []redis.Cmder, run func() error) error {
 	return err
 }
 
-// A delivery published into an idle queue reaches the consumer in the
-// reply to the request that was waiting: the consumer's client sends
-// nothing between the publish and the hand-over (before, the wait's reply
-// only woke the loop, which then sent a fetch).
-func TestIdleWakeHandsOverTheDeliveryInOneRoundTrip(t *testing.T) {
+// wakeRig is a consumer connection whose client counts what it sends
+// (h), consuming queue q (prefetch 1, a 30s poll) into got, and a
+// publisher connection pub with its handle pq on the same queue.
+type wakeRig struct {
+	c   *redisConnection
+	pub Connection
+	q   Queue
+	pq  Queue
+	h   *sendCounter
+	got chan Delivery
+}
+
+// newWakeRig opens the rig on a real Redis; readTimeout 0 keeps
+// go-redis's default.
+func newWakeRig(t *testing.T, readTimeout time.Duration, queue string) *wakeRig {
+	t.Helper()
 	shared := realClient(t)
-	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: time.Minute})
+	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr, ReadTimeout: readTimeout})
 	t.Cleanup(func() { client.Close() })
-	h := newSendCounter()
-	client.AddHook(h)
+	r := &wakeRig{h: newSendCounter(), got: make(chan Delivery, 1)}
+	client.AddHook(r.h)
 	ns := namespace()
 	c, err := openConn(client, "waker", nil, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { <-c.StopAllConsuming() })
-	pub := openT(t, backend{name: "redis", client: shared}, "pub", ns)
-	q := openQueue(t, c, "wake")
-	pq := openQueue(t, pub, "wake")
-	if err := q.StartConsuming(1, 30*time.Second); err != nil {
+	r.c = c
+	r.pub = openT(t, backend{name: "redis", client: shared}, "pub", ns)
+	r.q = openQueue(t, c, queue)
+	r.pq = openQueue(t, r.pub, queue)
+	if err := r.q.StartConsuming(1, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan Delivery, 1)
-	if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
+	if _, err := r.q.AddConsumerFunc("w", func(d Delivery) { r.got <- d }); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// idle waits until the consumer is idle (a wait is in flight and nothing
+// else is being sent) and returns how many requests were sent by then.
+func (r *wakeRig) idle(t *testing.T) int64 {
+	t.Helper()
+	var before int64
+	eventually(t, "the consumer waits", func() bool {
+		before = r.h.sends.Load()
+		time.Sleep(20 * time.Millisecond)
+		return r.h.waiting.Load() == 1 && r.h.sends.Load() == before
+	})
+	return before
+}
+
+// A delivery published into an idle queue reaches the consumer in the
+// reply to the request that was waiting: the consumer's client sends
+// nothing between the publish and the hand-over (before, the wait's reply
+// only woke the loop, which then sent a fetch).
+func TestIdleWakeHandsOverTheDeliveryInOneRoundTrip(t *testing.T) {
+	r := newWakeRig(t, time.Minute, "wake")
+	pub, q, pq, h, got := r.pub, r.q, r.pq, r.h, r.got
 	for i := 0; i < 5; i++ {
-		// idle: a wait is in flight and nothing else is being sent
-		var before int64
-		eventually(t, "the consumer waits", func() bool {
-			before = h.sends.Load()
-			time.Sleep(20 * time.Millisecond)
-			return h.waiting.Load() == 1 && h.sends.Load() == before
-		})
+		before := r.idle(t)
 		payload := fmt.Sprintf("wake-%d", i)
 		if err := pq.Publish(payload); err != nil {
 			t.Fatal(err)
@@ -241,34 +269,10 @@ func idleWaitWithin(t *testing.T, rt time.Duration) {
 // delayed one (the wait ends at its due time), and the first after a
 // paused queue is resumed (the consumer waits on the resume list).
 func TestIdleWakeTakesPrioritiesDelayedAndResumed(t *testing.T) {
-	shared := realClient(t)
-	client := redis.NewClient(&redis.Options{Addr: shared.Options().Addr})
-	t.Cleanup(func() { client.Close() })
-	h := newSendCounter()
-	client.AddHook(h)
-	ns := namespace()
-	c, err := openConn(client, "waker", nil, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { <-c.StopAllConsuming() })
-	pq := openQueue(t, openT(t, backend{name: "redis", client: shared}, "pub", ns), "mixed")
-	q := openQueue(t, c, "mixed")
-	if err := q.StartConsuming(1, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan Delivery, 1)
-	if _, err := q.AddConsumerFunc("w", func(d Delivery) { got <- d }); err != nil {
-		t.Fatal(err)
-	}
+	r := newWakeRig(t, 0, "mixed")
+	c, pq, h, got := r.c, r.pq, r.h, r.got
 	ctx := context.Background()
-	idle := func() {
-		eventually(t, "the consumer waits", func() bool {
-			before := h.sends.Load()
-			time.Sleep(20 * time.Millisecond)
-			return h.waiting.Load() == 1 && h.sends.Load() == before
-		})
-	}
+	idle := func() { r.idle(t) }
 	expect := func(payload string, after time.Time, notBefore time.Duration) {
 		t.Helper()
 		select {
