@@ -542,7 +542,7 @@ func keyedWorkloads(z sizes) []workload {
 	// little. Otherwise the baseline's losses and double fires are what
 	// the workload reports.
 	fire := func(name, about string, cfg timerConfig, metrics []metric, baselineExact bool,
-		values func(c fireCounts, late []time.Duration) []float64) workload {
+		values func(tl *fireTally) []float64) workload {
 		return workload{
 			name: name, about: about, metrics: metrics, systems: both,
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
@@ -560,11 +560,14 @@ func keyedWorkloads(z sizes) []workload {
 						return nil, err
 					}
 				}
-				return values(c, tl.lateness()), nil
+				return values(tl), nil
 			},
 		}
 	}
-	faultCounts := func(c fireCounts, _ []time.Duration) []float64 { return []float64{float64(c.Lost), float64(c.Double)} }
+	faultCounts := func(tl *fireTally) []float64 {
+		c := tl.counts()
+		return []float64{float64(c.Lost), float64(c.Double)}
+	}
 	// steady: n timers due evenly over the spread (100k over 10 s at the
 	// default n: 10k fires/s), handled by 2 connections with 2 goroutines
 	// each, one fire per call or in batches.
@@ -607,25 +610,7 @@ func keyedWorkloads(z sizes) []workload {
 		}
 	}
 	steadyRun := func(name, about string, cfg timerConfig) workload {
-		return workload{
-			name: name, about: about, metrics: steadyMetrics, systems: both,
-			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
-				ts, err := timersOf(s)
-				if err != nil {
-					return nil, err
-				}
-				tl, err := ts.FireTimers(ctx, e, cfg)
-				if err != nil {
-					return nil, err
-				}
-				if s.Name() == "redq" {
-					if err := tl.counts().exact(); err != nil {
-						return nil, err
-					}
-				}
-				return steadyValues(tl), nil
-			},
-		}
+		return fire(name, about, cfg, steadyMetrics, false, steadyValues)
 	}
 	victim := base
 	victim.VictimTakes = victimTakes(n)
@@ -635,7 +620,8 @@ func keyedWorkloads(z sizes) []workload {
 		fire("timers/lateness-"+count(n),
 			fmt.Sprintf("%d timers due over %s, %d consumers (poll-timers: 1 poller, a pause of %s); receipt − due time",
 				n, spread, timerConsumers, pollTimersPoll),
-			base, lateness, true, func(_ fireCounts, late []time.Duration) []float64 {
+			base, lateness, true, func(tl *fireTally) []float64 {
+				late := tl.lateness()
 				if len(late) == 0 {
 					return []float64{0, 0, 0}
 				}
