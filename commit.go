@@ -183,20 +183,20 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 			dest = &cl.key.dest.keys
 		}
 		args := make([]any, 0, 4+len(cl.ids))
+		var sc scriptCall
 		if cl.key.mode == modeAck && !anyKeyed(cl.ids) {
 			// acks of plain takes: the short form (see ack.lua)
+			sc = scriptCall{script: scripts.ack, keys: q.keys.ackKeys(cl.key.reg.name)}
 			args = append(args, cl.key.reg.name, field, token)
-			for _, id := range cl.ids {
-				args = append(args, id)
-			}
-			cl.rc.scriptCall = scriptCall{scripts.ack, q.keys.ackKeys(cl.key.reg.name), args}
 		} else {
+			sc = scriptCall{script: scripts.settle, keys: q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name))}
 			args = append(args, cl.key.reg.name, cl.key.mode, field, token)
-			for _, id := range cl.ids {
-				args = append(args, id)
-			}
-			cl.rc.scriptCall = scriptCall{scripts.settle, q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name)), args}
 		}
+		for _, id := range cl.ids {
+			args = append(args, id)
+		}
+		sc.args = args
+		cl.rc.scriptCall = sc
 		cl.rc.report = func(err error, n int) {
 			seen := map[*settleRequest]bool{}
 			for _, p := range cl.parts {
