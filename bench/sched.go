@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// scheduler is what a system offers for the scheduling workloads (issue
-// 4: delayed deliveries and leases). Only redq implements it: the peers'
+// scheduler is what a system offers for the scheduling workloads (delayed
+// deliveries and leases). Only redq implements it: the peers'
 // schedulers work so differently (asynq moves due tasks on a 1 s tick,
 // the Streams and list loops have none) that a row would compare designs,
 // not costs. The sched workloads list redq alone; any other system given
