@@ -542,7 +542,7 @@ func TestRejectedOperations(t *testing.T) {
 		// A mistyped queue is an error, and does not create the queue.
 		for _, cmd := range []string{"return-rejected", "purge-rejected"} {
 			code, _, stderr := redqRun(t, tg.args(cmd, "--queue", "jbos")...)
-			if code != 1 || !strings.Contains(stderr, `no such queue "jbos"`) {
+			if code != 2 || !strings.Contains(stderr, `no queue "jbos" is open in namespace "`+tg.ns+`"; open queues: jobs`) {
 				t.Errorf("%s on a missing queue: exit %d, %q", cmd, code, stderr)
 			}
 		}
