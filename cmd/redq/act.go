@@ -29,7 +29,7 @@ func actionCommand(act func(ctx context.Context, in *redq.Inspector, queue, arg 
 			}
 			defer closeIn()
 			if err := act(ctx, in, args[0], args[1]); err != nil {
-				return inspectorError(err, args[1], subject(args[0], args[1]))
+				return queueError(ctx, in, err, args[0], args[1], subject(args[0], args[1]))
 			}
 			fmt.Fprintf(stdout, done+"\n", args[1], args[0])
 			return nil
@@ -67,7 +67,7 @@ func queueActionCommand(act func(ctx context.Context, in *redq.Inspector, queue 
 			}
 			defer closeIn()
 			if err := act(ctx, in, args[0]); err != nil {
-				return inspectorError(err, args[0], queueSubject(args[0]))
+				return queueError(ctx, in, err, args[0], args[0], queueSubject(args[0]))
 			}
 			fmt.Fprintf(stdout, done+"\n", args[0])
 			return nil
@@ -106,14 +106,14 @@ func purgeCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer, i
 		if !*yes {
 			q, err := in.Queue(ctx, queue)
 			if err != nil {
-				return inspectorError(err, queue, queueSubject(queue))
+				return queueError(ctx, in, err, queue, queue, queueSubject(queue))
 			}
 			n := map[redq.DeliveryState]int64{redq.StateReady: q.Ready, redq.StateDelayed: q.Delayed, redq.StateRejected: q.Rejected}[st]
 			return usagef("refusing to purge without --yes: it would delete the %d %s deliveries of queue %q", n, st, queue)
 		}
 		n, err := in.Purge(ctx, queue, st)
 		if err != nil {
-			return inspectorError(err, queue, queueSubject(queue))
+			return queueError(ctx, in, err, queue, queue, queueSubject(queue))
 		}
 		fmt.Fprintf(stdout, "purged %d %s deliveries of queue %q\n", n, st, queue)
 		return nil

@@ -145,24 +145,58 @@ func TestRedisURLForms(t *testing.T) {
 	}
 }
 
-// Errors are one line with one "redq" prefix, durations as durations.
+// Errors are one line with one "redq" prefix, durations as durations. The
+// command runs as a process of its own, so that the test sees all it writes
+// to stderr, go-redis's own log lines included.
 func TestErrorsOneLine(t *testing.T) {
 	srv := redistest.Start(t)
-	addr := srv.Addr()
+	closed := srv.Addr()
 	srv.Close() // nothing listens there now
-	for _, cmd := range []string{"queues", "stats", "retry"} {
-		args := []string{cmd, "--redis", addr}
-		if cmd == "retry" {
-			args = append(args, "jobs", "00000000000000000000000000000000")
+	// Each run takes about two seconds (go-redis retries the dial), so
+	// they run side by side.
+	t.Run("unreachable", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"queues", "--redis", closed}, {"stats", "--redis", closed}, {"retry", "jobs", "00000000000000000000000000000000", "--redis", closed},
+			{"queues", "--redis", "127.0.0.1:1"}, {"clean", "--redis", "127.0.0.1:1"}, {"inspect", "jobs", "--redis", "127.0.0.1:1"}, {"pause", "jobs", "--redis", "127.0.0.1:1"},
+		} {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel()
+				addr := args[len(args)-1]
+				code, _, stderr := redqExec(t, args...)
+				if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "redq "+args[0]+": ") || strings.Contains(stderr, "redq: ") || !strings.Contains(stderr, "connect to Redis at "+addr) {
+					t.Errorf("exit %d, %q; want 1 and one line with one prefix", code, stderr)
+				}
+			})
 		}
-		code, _, stderr := redqRun(t, args...)
-		if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "redq "+cmd+": ") || strings.Contains(stderr, "redq: ") || !strings.Contains(stderr, "connect to Redis at "+addr) {
-			t.Errorf("%s on a closed port: exit %d, %q; want 1 and one line with one prefix", cmd, code, stderr)
-		}
-	}
-	code, _, stderr := redqRun(t, "clean", "--redis", addr, "--interval", "-90m")
+	})
+	code, _, stderr := redqExec(t, "clean", "--redis", closed, "--interval", "-90m")
 	if code != 2 || !strings.Contains(stderr, "-1h30m0s") {
 		t.Errorf("a negative interval: exit %d, %q; want 2 and the duration as a duration", code, stderr)
+	}
+}
+
+// Commands that run until stopped keep go-redis's log lines (rate-limited)
+// so that an operator sees Redis come and go; one-shot commands drop them.
+func TestLongRunning(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"queues", "--redis", "x"}, false},
+		{[]string{"inspect", "jobs", "--state", "rejected"}, false},
+		{[]string{"clean"}, false},
+		{[]string{"clean", "--interval", "0"}, false},
+		{[]string{"clean", "--interval", "bad"}, false},
+		{[]string{"clean", "--redis", "x", "--interval", "30s"}, true},
+		{[]string{"clean", "-interval=1m"}, true},
+		{[]string{"serve"}, true},
+		{[]string{"demo", "--duration", "5s"}, true},
+		{[]string{"soak"}, true},
+	} {
+		if got := longRunning(tc.args); got != tc.want {
+			t.Errorf("longRunning(%q) = %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }
 

@@ -114,7 +114,7 @@ func inspectCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer,
 		}
 		page, err := in.List(ctx, queue, redq.ListOptions{State: st, Connection: *conn, Cursor: *cursor, Limit: *limit, MaxPayload: mp, Search: *search})
 		if err != nil {
-			return inspectorError(err, queue, queueSubject(queue))
+			return queueError(ctx, in, err, queue, queue, queueSubject(queue))
 		}
 		if *asJSON {
 			items := make([]deliveryJSON, len(page.Items))
@@ -183,12 +183,12 @@ func deliveryCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer
 		defer closeIn()
 		d, err := in.Delivery(ctx, queue, id)
 		if err != nil {
-			return inspectorError(err, id, deliverySubject(queue, id))
+			return queueError(ctx, in, err, queue, id, deliverySubject(queue, id))
 		}
 		if *out != "" {
 			payload, err := in.Payload(ctx, queue, id)
 			if err != nil {
-				return inspectorError(err, id, deliverySubject(queue, id))
+				return queueError(ctx, in, err, queue, id, deliverySubject(queue, id))
 			}
 			if *out == "-" {
 				_, err := stdout.Write(payload)
@@ -580,6 +580,43 @@ func inspectorError(err error, name, subject string) error {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
 	return err
+}
+
+// queueError is inspectorError for a command on queue: when what was not
+// found is the queue itself (it is not open in the namespace), a usage
+// error that names the open queues, so that a mistyped name is answered
+// with the right one.
+func queueError(ctx context.Context, in *redq.Inspector, err error, queue, name, subject string) error {
+	if errors.Is(err, redq.ErrorNotFound) {
+		queues, qerr := in.Queues(ctx)
+		if qerr == nil {
+			names := make([]string, len(queues))
+			for i, q := range queues {
+				names[i] = q.Name
+			}
+			if !slices.Contains(names, queue) {
+				return unknownQueue(queue, in.Namespace(), names)
+			}
+		}
+	}
+	return inspectorError(err, name, subject)
+}
+
+// maxListedQueues is how many open queues an unknown-queue error names.
+const maxListedQueues = 20
+
+// unknownQueue is the usage error for a queue that is not open in
+// namespace ns, naming the open ones.
+func unknownQueue(queue, ns string, open []string) error {
+	if len(open) == 0 {
+		return usagef("no queue %q is open in namespace %q: no queues are open", queue, ns)
+	}
+	open = slices.Sorted(slices.Values(open))
+	list := strings.Join(open[:min(len(open), maxListedQueues)], ", ")
+	if len(open) > maxListedQueues {
+		list += fmt.Sprintf(" and %d more", len(open)-maxListedQueues)
+	}
+	return usagef("no queue %q is open in namespace %q; open queues: %s", queue, ns, list)
 }
 
 func queueSubject(queue string) string { return fmt.Sprintf("queue %q", queue) }

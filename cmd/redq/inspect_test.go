@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,7 +236,21 @@ func TestInspectBadInput(t *testing.T) {
 			code int
 			want string
 		}{
-			{[]string{"inspect", "nope"}, 1, `"nope"`},
+			// A queue that is not open is the user's mistake: the error
+			// names the open queues.
+			{[]string{"inspect", "nope"}, 2, `no queue "nope" is open in namespace "` + tg.ns + `"; open queues: jobs`},
+			{[]string{"inspect", "nope", "--namespace", tg.ns + "-empty"}, 2, `no queue "nope" is open in namespace "` + tg.ns + `-empty": no queues are open`},
+			{[]string{"delivery", "nope", "00000000000000000000000000000000"}, 2, "open queues: jobs"},
+			{[]string{"retry", "nope", "00000000000000000000000000000000"}, 2, "open queues: jobs"},
+			{[]string{"delete", "nope", "00000000000000000000000000000000"}, 2, "open queues: jobs"},
+			{[]string{"purge", "nope", "--state", "ready"}, 2, "open queues: jobs"},
+			{[]string{"purge", "nope", "--state", "ready", "--yes"}, 2, "open queues: jobs"},
+			{[]string{"pause", "nope"}, 2, "open queues: jobs"},
+			{[]string{"resume", "nope"}, 2, "open queues: jobs"},
+			{[]string{"run-now", "nope", "k"}, 2, "open queues: jobs"},
+			{[]string{"cancel", "nope", "k"}, 2, "open queues: jobs"},
+			{[]string{"return-rejected", "--queue", "nope"}, 2, "open queues: jobs"},
+			{[]string{"purge-rejected", "--queue", "nope"}, 2, "open queues: jobs"},
 			{[]string{"inspect", "a:b"}, 2, "queue"},
 			{[]string{"inspect", "jobs", "--state", "dead"}, 2, "ready, delayed, unacked, rejected, keyed"},
 			{[]string{"inspect", "jobs", "--limit", "0"}, 2, "--limit must be from 1 to 1000"},
@@ -260,13 +275,19 @@ func TestInspectBadInput(t *testing.T) {
 				if tc.code == 2 && !strings.Contains(stderr, "usage: redq "+tc.args[0]) {
 					t.Errorf("a usage error without the usage line:\n%s", stderr)
 				}
+				if first, _, _ := strings.Cut(stderr, "\n"); !strings.Contains(first, tc.want) {
+					t.Errorf("the error is not on one line:\n%s", stderr)
+				}
 				if n := strings.Count(stderr, "redq:"); n > 0 {
 					t.Errorf("the library's prefix is repeated in %q", stderr)
 				}
 			})
 		}
-		if q := tg.queues(t)["jobs"]; q.Ready != 2 {
+		if q := tg.queues(t)["jobs"]; q.Ready != 2 || q.Paused {
 			t.Errorf("bad input changed the queue: %+v", q)
+		}
+		if names := tg.stats(t).Names(); !slices.Equal(names, []string{"jobs"}) {
+			t.Errorf("queues %v after commands on a queue that is not open, want only jobs", names)
 		}
 	})
 }
@@ -358,8 +379,10 @@ func TestActCommands(t *testing.T) {
 		if q := w.libStat(t); q.DelayedCount != 0 || q.ReadyCount != 2 {
 			t.Errorf("after purge: %+v", q)
 		}
-		if code, _, _ := redqRun(t, tg.args("pause", "nope")...); code != 1 {
-			t.Errorf("pause of an unknown queue: exit %d, want 1", code)
+		// A queue must be open to be paused: a mistyped name would
+		// otherwise leave a pause behind that no one sees.
+		if code, _, stderr := redqRun(t, tg.args("pause", "nope")...); code != 2 || !strings.Contains(stderr, "open queues: jobs") {
+			t.Errorf("pause of an unknown queue: exit %d, %q; want 2 and the open queues", code, stderr)
 		}
 	})
 }

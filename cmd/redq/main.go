@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -40,18 +41,47 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	routeRedisLogs()
+	routeRedisLogs(os.Args[1:])
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// routeRedisLogs sends go-redis's own log lines, which it writes for every
-// failed dial, through redq.RedisLogger: at most one line per kind of
-// problem a minute, at warn, on stderr. The commands report what failed in
-// a line of their own.
-func routeRedisLogs() {
-	redis.SetLogger(redq.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+// routeRedisLogs decides what becomes of go-redis's own log lines, which
+// it writes for every failed dial, for the command args name. A
+// long-running command (see longRunning) sends them through
+// redq.RedisLogger: at most one line per kind of problem a minute, at warn,
+// on stderr, so that an operator watching it sees Redis come and go. A
+// one-shot command drops them: it reports what failed in one line of its
+// own, and that line is the only one it writes to stderr.
+func routeRedisLogs(args []string) {
+	var l *slog.Logger
+	if longRunning(args) {
+		l = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	redis.SetLogger(redq.RedisLogger(l))
+}
+
+// longRunning reports whether args (without the program name) start a
+// command that runs until it is stopped: serve, demo, soak (and its
+// workers), and clean with a positive --interval.
+func longRunning(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "serve", "demo", "soak", soak.WorkerCommandName:
+		return true
+	case "clean":
+		fs, _ := newFlagSet(lookup("clean"))
+		fs.SetOutput(io.Discard)
+		if _, err := parseInterspersed(fs, args[1:]); err != nil {
+			return false // the command reports the usage error and ends
+		}
+		interval, ok := fs.Lookup("interval").Value.(flag.Getter).Get().(time.Duration)
+		return ok && interval > 0
+	}
+	return false
 }
 
 // command is one subcommand of redq.

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/redq/redq"
@@ -130,9 +128,6 @@ func purgeRejectedCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.
 	}
 }
 
-// errNoSuchQueue is returned for a queue that is not open in the namespace.
-var errNoSuchQueue = errors.New("no such queue")
-
 // withExistingQueue runs f on the named queue. The queue must be open
 // already: opening it here would list a mistyped name as a new queue.
 func withExistingQueue(ctx context.Context, rf *redisFlags, name string, f func(redq.Queue) error) error {
@@ -149,8 +144,7 @@ func withExistingQueue(ctx context.Context, rf *redisFlags, name string, f func(
 		return err
 	}
 	if !slices.Contains(queues, name) {
-		sort.Strings(queues)
-		return fmt.Errorf("%w %q in namespace %q (open queues: %v)", errNoSuchQueue, name, rf.namespace, queues)
+		return unknownQueue(name, rf.namespace, queues)
 	}
 	q, err := conn.OpenQueue(name)
 	if err != nil {
