@@ -113,7 +113,9 @@ type DeliveryInfo struct {
 	// Header holds the delivery's headers (nil: none).
 	Header http.Header
 	// Attempts counts how often the delivery went back to ready after it
-	// was taken.
+	// was taken (released for a retry, its lease lost, its connection
+	// dead): the dashboard and the command show it as "retried". While a
+	// consumer holds it, its Message.Attempts is one more.
 	Attempts int
 	// Priority is the delivery's priority level (0..MaxPriority).
 	Priority int

@@ -12,8 +12,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/redq/redq"
 )
 
 // queueURL is the path of a queue's page, with state if not "".
@@ -37,7 +35,6 @@ var funcs = template.FuncMap{
 	"preview":     previewPayload,
 	"headers":     sortedHeaders,
 	"rowHeaders":  rowHeaders,
-	"attempts":    attempts,
 	"isZero":      func(t time.Time) bool { return t.IsZero() },
 	"upper":       strings.ToUpper,
 	"add":         func(a, b int) int { return a + b },
@@ -242,18 +239,4 @@ func stateNote(s string) string {
 		return "Pending keyed items (Upsert), one per key: run now or cancel by key."
 	}
 	return ""
-}
-
-// attempts is how many times a consumer took d, the take that holds or
-// rejected it included: the number a handler sees in Message.Attempts and
-// writes into the Redq-Attempts header of a delivery it rejects.
-// DeliveryInfo.Attempts counts only the takes that ended with the delivery
-// back in ready (released, lease lost, connection dead), so a delivery that
-// is unacked or rejected was taken once more than that. Retrying a rejected
-// delivery starts its count over.
-func attempts(d redq.DeliveryInfo) int {
-	if d.State == redq.StateUnacked || d.State == redq.StateRejected {
-		return d.Attempts + 1
-	}
-	return d.Attempts
 }

@@ -166,20 +166,21 @@ func TestOnRedis(t *testing.T) {
 			t.Error("search for r-2 shows r-1, or does not say how much it scanned")
 		}
 
-		// A rejected row's attempts agree with the Redq-Attempts header its
-		// handler wrote: taken once, rejected on the first failure.
+		// A rejected row's retried count agrees with the Redq-Attempts
+		// header its handler wrote: taken once (attempt 1), rejected on the
+		// first failure, never back in ready (retried 0).
 		_, body := b.get("/queues/jobs?state=rejected")
 		for _, id := range rejected {
 			row := regexp.MustCompile(`(?s)<tr data-id="` + id + `">.*?</tr>`).FindString(body)
-			if !strings.Contains(row, "Redq-Attempts: 1<") || !strings.Contains(row, `data-field="attempts">1<`) {
-				t.Errorf("rejected row %s: attempts disagree with Redq-Attempts: 1\n%s", id, row)
+			if !strings.Contains(row, "Redq-Attempts: 1<") || !strings.Contains(row, `data-field="retried">0<`) {
+				t.Errorf("rejected row %s: want retried 0 beside Redq-Attempts: 1\n%s", id, row)
 			}
 		}
-		if _, body := b.get("/queues/jobs/deliveries/" + rejected[0]); !strings.Contains(body, `data-field="attempts">1<`) {
-			t.Errorf("the rejected delivery's page does not show 1 attempt\n%s", body)
+		if _, body := b.get("/queues/jobs/deliveries/" + rejected[0]); !strings.Contains(body, `data-field="retried">0<`) {
+			t.Errorf("the rejected delivery's page does not show retried 0\n%s", body)
 		}
-		if _, body := b.get("/queues/jobs?state=ready&q=r-1"); !strings.Contains(body, `data-field="attempts">0<`) {
-			t.Errorf("a ready delivery never taken does not show 0 attempts\n%s", body)
+		if _, body := b.get("/queues/jobs?state=ready&q=r-1"); !strings.Contains(body, `data-field="retried">0<`) {
+			t.Errorf("a ready delivery never taken does not show retried 0\n%s", body)
 		}
 
 		// The keyed item waiting in delayed is offered its key's actions.

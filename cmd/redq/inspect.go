@@ -126,15 +126,15 @@ func inspectCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer,
 		tw := newTable(stdout)
 		switch st {
 		case redq.StateKeyed:
-			fmt.Fprintln(tw, "KEY\tID\tDUE\tATTEMPTS\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "KEY\tID\tDUE\tRETRIED\tSIZE\tPAYLOAD")
 		case redq.StateUnacked:
-			fmt.Fprintln(tw, "ID\tCONNECTION\tATTEMPTS\tPUBLISHED\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "ID\tCONNECTION\tRETRIED\tPUBLISHED\tSIZE\tPAYLOAD")
 		case redq.StateDelayed:
-			fmt.Fprintln(tw, "ID\tDUE\tATTEMPTS\tPRIORITY\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "ID\tDUE\tRETRIED\tPRIORITY\tSIZE\tPAYLOAD")
 		case redq.StateRejected:
-			fmt.Fprintln(tw, "ID\tATTEMPTS\tPUBLISHED\tREASON\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "ID\tRETRIED\tPUBLISHED\tREASON\tSIZE\tPAYLOAD")
 		default:
-			fmt.Fprintln(tw, "ID\tPRIORITY\tATTEMPTS\tPUBLISHED\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "ID\tPRIORITY\tRETRIED\tPUBLISHED\tSIZE\tPAYLOAD")
 		}
 		now := time.Now()
 		for _, d := range page.Items {
@@ -220,7 +220,7 @@ func writeDelivery(w io.Writer, d redq.DeliveryInfo, now time.Time) error {
 	row("state", string(d.State))
 	row("key", d.Key)
 	row("connection", d.Connection)
-	row("attempts", strconv.Itoa(d.Attempts))
+	row("retried", strconv.Itoa(d.Attempts))
 	row("priority", strconv.Itoa(d.Priority))
 	row("published", at(d.PublishedAt, now))
 	row("due", at(d.DueAt, now))
