@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -224,6 +225,192 @@ func TestInspectorRaceWithConsumers(t *testing.T) {
 		}
 		if r, j, u := counts(t, pub, "race"); r+j+u != 0 {
 			t.Errorf("left: ready %d rejected %d unacked %d", r, j, u)
+		}
+	})
+}
+
+// Keyed consumers run while an Inspector runs keyed items now and cancels
+// them: a key whose Cancel succeeded is never processed, every other key
+// is processed exactly once, and nothing is left. On a second queue
+// consumers reject while the Inspector purges rejected and returns them:
+// every delivery is acked once or purged once, never both, never lost.
+func TestInspectorKeyedAndPurgeRaceWithConsumers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		pub := openT(t, b, "pub", ns)
+		work := openT(t, b, "work", ns)
+		qk := openQueue(t, pub, "keyed")
+		qj := openQueue(t, pub, "rj")
+		i := newInspectorT(t, b, ns)
+		const n = 300
+		var mu sync.Mutex
+		processed := map[string]int{}
+		cancelled := map[string]int{}
+		acked := map[string]int{}
+		var purged int64
+
+		wk := openQueue(t, work, "keyed")
+		wj := openQueue(t, work, "rj")
+		for _, q := range []*redisQueue{wk, wj} {
+			if err := q.StartConsuming(10, 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for c := 0; c < 3; c++ {
+			if _, err := wk.AddConsumerFunc("k", func(d Delivery) {
+				time.Sleep(time.Millisecond)
+				if err := d.Ack(); err != nil {
+					t.Errorf("ack of keyed %q: %v", d.(Message).Key(), err)
+					return
+				}
+				mu.Lock()
+				processed[d.(Message).Key()]++
+				mu.Unlock()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := wj.AddConsumerFunc("j", func(d Delivery) {
+				if rand.IntN(2) == 0 {
+					_ = d.Reject() // purged or returned below
+					return
+				}
+				if err := d.Ack(); err == nil {
+					mu.Lock()
+					acked[d.Payload()]++
+					mu.Unlock()
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		for k := 0; k < n; k++ {
+			key := fmt.Sprint("k", k)
+			// a third wait an hour, so that only RunNow or Cancel ends them
+			delay := time.Duration(50+rand.IntN(250)) * time.Millisecond
+			if k%3 == 0 {
+				delay = time.Hour
+			}
+			if _, err := qk.Upsert(ctx, key, []byte(key), Delay(delay)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var runNows int
+		done := make(chan struct{})
+		go func() { // keyed actions
+			defer close(done)
+			for m := 0; m < n; m++ {
+				key := fmt.Sprint("k", rand.IntN(n))
+				if m%3 == 0 {
+					err := i.Cancel(ctx, "keyed", key)
+					if err == nil {
+						mu.Lock()
+						cancelled[key]++
+						mu.Unlock()
+					} else if !errors.Is(err, ErrorNotFound) {
+						t.Error(err)
+						return
+					}
+				} else if err := i.RunNow(ctx, "keyed", key); err == nil {
+					runNows++
+				} else if !errors.Is(err, ErrorNotFound) {
+					t.Error(err)
+					return
+				}
+			}
+			// run what still waits for its hour
+			for k := 0; k < n; k++ {
+				if err := i.RunNow(ctx, "keyed", fmt.Sprint("k", k)); err == nil {
+					runNows++
+				} else if !errors.Is(err, ErrorNotFound) {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		purging := make(chan struct{})
+		go func() { // purge rejected while the consumers reject
+			defer close(purging)
+			for m := 0; m < 40; m++ {
+				got, err := i.Purge(ctx, "rj", StateRejected)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				purged += got
+				mu.Unlock()
+				if m%4 == 0 {
+					if _, err := qj.ReturnRejected(20); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		for k := 0; k < n; k++ {
+			if err := qj.Publish(fmt.Sprint("j", k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-done
+		<-purging
+		eventually(t, "every key processed or cancelled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(processed)+len(cancelled) >= n
+		})
+		eventually(t, "every delivery acked or purged", func() bool {
+			got, err := i.Purge(ctx, "rj", StateRejected)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			purged += got
+			return int64(len(acked))+purged >= n
+		})
+		time.Sleep(50 * time.Millisecond) // room for a double to show
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("keyed: processed %d, cancelled %d, run now %d; plain: acked %d, purged %d", len(processed), len(cancelled), runNows, len(acked), purged)
+		if len(cancelled) == 0 || runNows == 0 || purged == 0 {
+			t.Errorf("the race was not exercised: cancelled %d, run now %d, purged %d", len(cancelled), runNows, purged)
+		}
+		for k, c := range processed {
+			if c != 1 {
+				t.Errorf("key %s processed %d times", k, c)
+			}
+			if cancelled[k] > 0 {
+				t.Errorf("key %s cancelled and processed", k)
+			}
+		}
+		for k, c := range cancelled {
+			if c != 1 {
+				t.Errorf("key %s cancelled %d times", k, c)
+			}
+		}
+		if got := len(processed) + len(cancelled); got != n {
+			t.Errorf("keys processed %d + cancelled %d = %d, want %d", len(processed), len(cancelled), got, n)
+		}
+		for p, c := range acked {
+			if c != 1 {
+				t.Errorf("%s acked %d times", p, c)
+			}
+		}
+		if got := int64(len(acked)) + purged; got != n {
+			t.Errorf("acked %d + purged %d = %d, want %d", len(acked), purged, got, n)
+		}
+		for _, q := range []string{"keyed", "rj"} {
+			qi, err := i.Queue(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qi.Ready+qi.Delayed+qi.Unacked+qi.Rejected+qi.KeyedPending != 0 {
+				t.Errorf("%s: left %+v", q, qi)
+			}
 		}
 	})
 }

@@ -153,13 +153,21 @@ func CollectStats(queueList []string, mainConnection Connection) (Stats, error) 
 	return mainConnection.CollectStats(queueList)
 }
 
-// NewStats returns empty stats (rmq's constructor).
+// NewStats returns empty stats, with no queues and no other connections,
+// ready to be filled in (rmq's constructor; a test builds the Stats a
+// stats handler or a check should see). It cannot fail. For example:
+//
+//	s := redq.NewStats()
+//	s.QueueStats["jobs"] = redq.NewQueueStat(3, 0)
 func NewStats() Stats {
 	return Stats{QueueStats: QueueStats{}, OtherConnections: map[string]bool{}}
 }
 
-// NewQueueStat returns the stat of a queue with these counts and no
-// connections (rmq's constructor).
+// NewQueueStat returns the stat of a queue with these ready and rejected
+// counts and no connections (rmq's constructor). It cannot fail, and it
+// takes the counts as given: negative counts are not checked. For example:
+//
+//	st := redq.NewQueueStat(10, 2) // 10 ready, 2 rejected
 func NewQueueStat(readyCount, rejectedCount int64) QueueStat {
 	return QueueStat{ReadyCount: readyCount, RejectedCount: rejectedCount, Connections: ConnectionStats{}}
 }

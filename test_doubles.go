@@ -90,8 +90,8 @@ func (c TestConnection) Reset() {
 	}
 }
 
-// CollectStats returns the published counts as ready counts, and the
-// counts of every round.
+// CollectStats returns the published counts as ready counts, each queue's
+// paused state (see TestQueue.Pause), and the counts of every round.
 func (c TestConnection) CollectStats(queueList []string) (Stats, error) {
 	return c.CollectStatsContext(context.Background(), queueList)
 }
@@ -100,7 +100,8 @@ func (c TestConnection) CollectStats(queueList []string) (Stats, error) {
 func (c TestConnection) CollectStatsContext(_ context.Context, queueList []string) (Stats, error) {
 	s := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
 	for _, name := range queueList {
-		s.QueueStats[name] = QueueStat{ReadyCount: int64(len(c.GetDeliveries(name))), Connections: map[string]ConnectionStat{}}
+		q := c.GetQueue(name)
+		s.QueueStats[name] = QueueStat{ReadyCount: int64(len(q.Deliveries())), Paused: q.Paused(), Connections: map[string]ConnectionStat{}}
 	}
 	s.RoundStats = c.roundStats()
 	return s, nil

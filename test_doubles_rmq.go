@@ -101,7 +101,13 @@ type TestConsumer struct {
 	finish         chan int
 }
 
-// NewTestConsumer returns a TestConsumer that acks and finishes at once.
+// NewTestConsumer returns a TestConsumer named name (its String) that
+// records each delivery and, by default, acks it and returns at once (set
+// AutoAck or AutoFinish to false to settle or finish by hand). It cannot
+// fail; any name is taken. For example:
+//
+//	c := redq.NewTestConsumer("c")
+//	_, err := queue.AddConsumer("c", c)
 func NewTestConsumer(name string) *TestConsumer {
 	return &TestConsumer{name: name, AutoAck: true, AutoFinish: true, finish: make(chan int)}
 }
@@ -168,7 +174,12 @@ type TestBatchConsumer struct {
 	finish        chan int
 }
 
-// NewTestBatchConsumer returns a TestBatchConsumer that waits for Finish.
+// NewTestBatchConsumer returns a TestBatchConsumer that records each batch
+// and then waits, without settling it, until Finish is called. It cannot
+// fail. For example:
+//
+//	c := redq.NewTestBatchConsumer()
+//	_, err := queue.AddBatchConsumer("b", 10, time.Second, c)
 func NewTestBatchConsumer() *TestBatchConsumer {
 	return &TestBatchConsumer{finish: make(chan int)}
 }
@@ -210,7 +221,11 @@ func (c *TestBatchConsumer) Finish() {
 }
 
 // NewTestQueue returns a TestQueue of that name (see TestConnection), with
-// an empty LastDeliveries, as rmq's.
+// an empty LastDeliveries, as rmq's. It cannot fail, and it does not check
+// the name (TestConnection.OpenQueue does, as the real connection does).
+// For example:
+//
+//	q := redq.NewTestQueue("jobs")
 func NewTestQueue(name string) *TestQueue { return &TestQueue{name: name, LastDeliveries: []string{}} }
 
 // GetDelivery returns the payload published to the queue at index, or a

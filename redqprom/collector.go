@@ -94,8 +94,16 @@ type Collector struct {
 // NewCollector returns a collector over src; register it with
 // prometheus.MustRegister (or a registry of your own). One Collector per
 // namespace: its metrics carry no namespace label (add one with
-// prometheus.WrapRegistererWith when several are registered).
+// prometheus.WrapRegistererWith when several are registered). It does not
+// touch Redis and returns no error: Redis errors show at scrape time as
+// redq_up 0. A nil src is a programming error and panics here, not at the
+// first scrape; a nil Option panics too. For example:
+//
+//	prometheus.MustRegister(redqprom.NewCollector(inspector))
 func NewCollector(src Source, opts ...Option) *Collector {
+	if src == nil {
+		panic("redqprom: NewCollector: nil Source")
+	}
 	q := []string{"queue"}
 	c := &Collector{
 		src: src, timeout: DefaultTimeout, connections: true, timersRounds: true,

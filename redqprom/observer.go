@@ -1,6 +1,7 @@
 package redqprom
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +26,22 @@ type Observer struct {
 }
 
 // NewObserver returns an Observer whose histograms use buckets (in
-// seconds), or DefaultBuckets when there are none.
+// seconds), or DefaultBuckets when there are none. It returns no error:
+// buckets that are not in strictly increasing order are a programming
+// error and panic here, rather than on the first observation inside a
+// consumer. For example:
+//
+//	obs := redqprom.NewObserver()
+//	prometheus.MustRegister(obs)
+//	conn, err := redq.Open(ctx, "worker", client, nil, redq.WithObserver(obs))
 func NewObserver(buckets ...float64) *Observer {
 	if len(buckets) == 0 {
 		buckets = DefaultBuckets
+	}
+	for i := 1; i < len(buckets); i++ {
+		if !(buckets[i] > buckets[i-1]) {
+			panic(fmt.Sprintf("redqprom: NewObserver: buckets must be in strictly increasing order, got %v", buckets))
+		}
 	}
 	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)

@@ -81,3 +81,25 @@ func TestObserverCountsErrors(t *testing.T) {
 		`redq_heartbeat_last_success_timestamp_seconds 0`,
 	)
 }
+
+// Bad constructor arguments panic at once, in the constructor, rather than
+// at the first observation or scrape.
+func TestConstructorsPanicOnBadArguments(t *testing.T) {
+	for name, f := range map[string]func(){
+		"unsorted buckets": func() { redqprom.NewObserver(0.1, 0.01) },
+		"repeated bucket":  func() { redqprom.NewObserver(0.1, 0.1) },
+		"nil source":       func() { redqprom.NewCollector(nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !strings.HasPrefix(s, "redqprom: ") {
+					t.Fatalf("recovered %v, want a panic starting redqprom:", r)
+				}
+			}()
+			f()
+		})
+	}
+	// sorted buckets are taken
+	redqprom.NewObserver(0.001, 0.01, 1).Observe(redq.Event{Kind: redq.EventHeartbeat, Duration: time.Millisecond})
+}
