@@ -31,7 +31,9 @@
 -- lib.lua).
 --
 -- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
--- the queue's meta hash
+-- the queue's meta hash, and from a publisher that also publishes without
+-- Lua, KEYS[4] the queue's pub hash, whose counts it folds into meta (see
+-- fold_fast in lib.lua)
 -- ARGV[1] token, ARGV[2] how many envelopes the call has, ARGV[3..] the
 -- envelopes (small form only)
 local last = redis.call('SET', KEYS[2], ARGV[1], 'GET', 'PX', REPLY_KEEP)
@@ -46,4 +48,7 @@ if #ARGV > 2 then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
 tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
+if KEYS[4] then
+  fold_fast(KEYS[3], KEYS[4])
+end
 return tonumber(ARGV[2])
