@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,35 @@ func TestFastPublishCounts(t *testing.T) {
 	}
 	if n, err := direct.Exists(ctx, q.keys.pub()).Result(); err != nil || n != 0 {
 		t.Fatalf("pub hash after Destroy: %d, %v", n, err)
+	}
+}
+
+// The fast path is only for a client whose every connection goes to one
+// server, and not with WithWaitReplicas.
+func TestFastPathOnlyWhereTheFenceIsSound(t *testing.T) {
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	for _, cl := range []io.Closer{single, failover, cluster, ring} {
+		t.Cleanup(func() { cl.Close() })
+	}
+	waiting := defaultOptions()
+	waiting.waitReplicas = 1
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   options
+		want   bool
+	}{
+		{"single node", single, defaultOptions(), true},
+		{"single node, WithWaitReplicas", single, waiting, false},
+		{"failover", failover, defaultOptions(), false},
+		{"cluster", cluster, defaultOptions(), false},
+		{"ring", ring, defaultOptions(), false},
+	} {
+		if got := newFastPath(tc.client, tc.opts).client != nil; got != tc.want {
+			t.Errorf("%s: fast path %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
