@@ -80,12 +80,12 @@ type fastPath struct {
 	mu    sync.Mutex
 	off   bool                  // the server refused CLIENT INFO or CLIENT KILL
 	conns [flushSlots]*fastConn // per flush slot; nil: open at the next use
-	fold  map[*redisQueue]int64 // the minute of each queue's last guarded send
+	fold  map[string]int64      // by ready key: the minute of the queue's last fold
 }
 
 // newFastPath returns the fast path of a connection on client with opts.
 func newFastPath(client redis.UniversalClient, opts options) *fastPath {
-	f := &fastPath{fold: map[*redisQueue]int64{}}
+	f := &fastPath{fold: map[string]int64{}}
 	if cl, ok := client.(*redis.Client); ok && opts.waitReplicas == 0 && cl.Options().Addr != "FailoverClient" {
 		f.client = cl
 	}
@@ -108,8 +108,8 @@ func (f *fastPath) usable(calls []*remembered, now time.Time) bool {
 	}
 	fast := true
 	for _, call := range calls {
-		if f.fold[call.push.q] != minute {
-			f.fold[call.push.q] = minute
+		if f.fold[call.push.ready] != minute {
+			f.fold[call.push.ready] = minute
 			call.push.fold = true
 			fast = false
 		}

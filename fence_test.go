@@ -184,7 +184,7 @@ func TestFastPublishCounts(t *testing.T) {
 	want("counts of other minutes", 14, 5)
 	// the next guarded publish folds what is due
 	c.publisher.fast.mu.Lock()
-	c.publisher.fast.fold[q] = 0
+	c.publisher.fast.fold[q.keys.ready] = 0
 	c.publisher.fast.mu.Unlock()
 	if err := q.Publish("folds"); err != nil {
 		t.Fatal(err)

@@ -295,7 +295,6 @@ func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) e
 // pushCall is a plain publish to one queue, which runs once however often
 // it is sent (see publish.lua).
 type pushCall struct {
-	q             *redisQueue
 	ready, record string // the record of the field the call holds
 	meta          string // the queue's meta hash (its counters)
 	pub           string // the queue's counts of publishes sent without Lua
@@ -306,7 +305,7 @@ type pushCall struct {
 }
 
 func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
-	return &pushCall{q: q, ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), meta: q.keys.meta(),
+	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), meta: q.keys.meta(),
 		pub: q.keys.pub(), token: token, envs: envs}
 }
 
