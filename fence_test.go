@@ -3,6 +3,7 @@ package redq
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -230,5 +231,50 @@ func TestFastPathOnlyWhereTheFenceIsSound(t *testing.T) {
 		if got := newFastPath(tc.client, tc.opts).client != nil; got != tc.want {
 			t.Errorf("%s: fast path %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// When no kill can be made before the call's deadline (Redis cannot be
+// reached), a fast publish whose first send got no answer ends in
+// ErrorOutcomeUnknown, and its publish field is never handed out again:
+// its first send may still run, and would write its older token over a
+// later call's.
+func TestFastPublishUnfencedEndsUnknownAndRetiresItsField(t *testing.T) {
+	direct := realClient(t)
+	proxy := startProcProxy(t, direct.Options().Addr)
+	proxied := redis.NewClient(&redis.Options{Addr: proxy.addr(), ReadTimeout: 300 * time.Millisecond, MinRetryBackoff: time.Millisecond})
+	t.Cleanup(func() { proxied.Close() })
+	c, err := openConn(proxied, "unfenced", nil, namespace(), WithRetryTimeout(time.Second), WithHeartbeat(time.Minute, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxy.releaseHeld()
+		<-c.StopAllConsuming()
+	})
+	q := openQueue(t, c, "jobs")
+	awayFromMinuteEnd()
+	fastConnOf(t, c, q, "warm-1", "warm-2")
+	c.publisher.fields.mu.Lock()
+	fields := append([]string(nil), c.publisher.fields.free...)
+	c.publisher.fields.mu.Unlock()
+	if len(fields) != 1 {
+		t.Fatalf("free publish fields %v, want one", fields)
+	}
+
+	proxy.armHoldRequest("unfenced-payload")
+	go func() {
+		proxy.awaitTrip(t, 1)
+		proxy.down()
+	}()
+	err = q.Publish("unfenced-payload")
+	if !errors.Is(err, ErrorOutcomeUnknown) {
+		t.Fatalf("publish that could not be fenced: %v, want ErrorOutcomeUnknown", err)
+	}
+	c.publisher.fields.mu.Lock()
+	free := append([]string(nil), c.publisher.fields.free...)
+	c.publisher.fields.mu.Unlock()
+	if len(free) != 0 {
+		t.Fatalf("free publish fields %v after the unfenced call, want none (its field %v retired)", free, fields)
 	}
 }
