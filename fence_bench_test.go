@@ -12,8 +12,10 @@ import (
 // rounds (this machine's load drifts), the time of a plain publish in its
 // fast form (see fence.go) and in its guarded form (publish.lua) with a
 // bare go-redis LPUSH of the same 100-byte payloads, one and 100 payloads
-// per call. It reports the medians of the per-round ratios over the
-// LPUSH's time as fast/lpush and guarded/lpush.
+// per call, and the fast form's commands sent bare (MULTI, LPUSH, SET,
+// HINCRBY, EXEC, with the payloads alone), which is its floor. It reports
+// the medians of the per-round ratios over the LPUSH's time as
+// fast/lpush, guarded/lpush and tx/lpush.
 func BenchmarkPublishForms(b *testing.B) {
 	for _, per := range []int{1, 100} {
 		b.Run(fmt.Sprintf("%d-per-call", per), func(b *testing.B) {
@@ -37,6 +39,14 @@ func BenchmarkPublishForms(b *testing.B) {
 					_, err := pipe.Exec(ctx)
 					return err
 				},
+				"tx": func() error {
+					pipe := e.client.TxPipeline()
+					pipe.LPush(ctx, list+"tx", args...)
+					pipe.Set(ctx, list+"rec", 1, time.Hour)
+					pipe.HIncrBy(ctx, list+"pub", "1", int64(per))
+					_, err := pipe.Exec(ctx)
+					return err
+				},
 				"fast":    func() error { return fast.PublishBytes(payloads...) },
 				"guarded": func() error { return guarded.PublishBytes(payloads...) },
 			}
@@ -44,7 +54,7 @@ func BenchmarkPublishForms(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				took := map[string]time.Duration{}
-				for _, name := range []string{"lpush", "fast", "guarded"} {
+				for _, name := range []string{"lpush", "tx", "fast", "guarded"} {
 					start := time.Now()
 					for range calls {
 						if err := round[name](); err != nil {
@@ -59,9 +69,9 @@ func BenchmarkPublishForms(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				e.client.Del(ctx, list)
+				e.client.Del(ctx, list, list+"tx")
 				b.StartTimer()
-				for _, name := range []string{"fast", "guarded"} {
+				for _, name := range []string{"tx", "fast", "guarded"} {
 					ratios[name] = append(ratios[name], float64(took[name])/float64(took["lpush"]))
 				}
 			}
