@@ -31,7 +31,9 @@ import (
 // are ANDed: a restarted server that gave the id to another client kills
 // nothing. A kill that fails says nothing; the call is not sent in that
 // round, and is tried again until its deadline, ending in
-// ErrorOutcomeUnknown when no kill succeeded. The publish field of a call
+// ErrorOutcomeUnknown when no kill succeeded (a kill that Redis refuses,
+// as when the user lost +client|kill, also turns the fast path off for
+// later publishes). The publish field of a call
 // that ended so is never used again: its first send may still run, and
 // would write an older token over a newer call's.
 //
@@ -241,6 +243,13 @@ func (c *redisConnection) sendFenced(ctx context.Context, calls []*remembered) [
 		// an integer reply, 0 or 1: either way the old client is gone
 		if kerr := conn.Do(ctx, "CLIENT", "KILL", "ID", call.fence.id, "ADDR", call.fence.addr).Err(); kerr != nil {
 			err = errorf("%w: %w", errNotFenced, kerr)
+			if classify(kerr) == failAnswered {
+				// refused for good (an ACL changed since the probe):
+				// later publishes take the guarded form
+				c.publisher.fast.mu.Lock()
+				c.publisher.fast.off = true
+				c.publisher.fast.mu.Unlock()
+			}
 			break
 		}
 		killed[*call.fence] = true

@@ -278,3 +278,65 @@ func TestFastPublishUnfencedEndsUnknownAndRetiresItsField(t *testing.T) {
 		t.Fatalf("free publish fields %v after the unfenced call, want none (its field %v retired)", free, fields)
 	}
 }
+
+// When Redis refuses the kill (here the user lost +client|kill after the
+// fast path was opened), the call is never sent in the guarded form: it
+// ends in ErrorOutcomeUnknown, its held first send lands once when it
+// reaches Redis, and the connection publishes in the guarded form from
+// then on.
+func TestFastPublishKillRefusedSendsNothingMore(t *testing.T) {
+	direct := realClient(t)
+	ctx := context.Background()
+	user := fmt.Sprintf("losekill%d", time.Now().UnixNano())
+	if err := direct.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Do(context.Background(), "ACL", "DELUSER", user) })
+	proxy := startProcProxy(t, direct.Options().Addr)
+	proxied := redis.NewClient(&redis.Options{Addr: proxy.addr(), Username: user, Password: "pw",
+		ReadTimeout: 300 * time.Millisecond, MinRetryBackoff: time.Millisecond})
+	t.Cleanup(func() { proxied.Close() })
+	c, err := openConn(proxied, "losekill", nil, namespace(), WithRetryTimeout(time.Second), WithHeartbeat(time.Minute, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxy.releaseHeld()
+		<-c.StopAllConsuming()
+	})
+	q := openQueue(t, c, "jobs")
+	awayFromMinuteEnd()
+	fastConnOf(t, c, q, "warm-1", "warm-2")
+	if err := direct.Do(ctx, "ACL", "SETUSER", user, "-client|kill").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.armHoldRequest("refused-kill")
+	if err := q.Publish("refused-kill"); !errors.Is(err, ErrorOutcomeUnknown) {
+		t.Fatalf("publish whose fence Redis refused: %v, want ErrorOutcomeUnknown", err)
+	}
+	proxy.releaseHeld()
+	time.Sleep(300 * time.Millisecond)
+	ready, err := direct.LRange(ctx, q.keys.ready, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ready {
+		if strings.HasSuffix(e, "refused-kill") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("LIBRARY BUG: the payload is in ready %d times, want once (the held first send)", n)
+	}
+	c.publisher.fast.mu.Lock()
+	off := c.publisher.fast.off
+	c.publisher.fast.mu.Unlock()
+	if !off {
+		t.Fatal("the fast path stays on after Redis refused the kill")
+	}
+	if err := q.Publish("after"); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, c, "jobs", 4, 0, 0)
+}
