@@ -240,7 +240,7 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 		}
 		rcs[i] = cl.rc
 	}
-	c.conn.sendAll(rcs)
+	c.conn.sendAll(rcs, nil)
 }
 
 // fieldPool hands out names of fields of a replies hash (or of record

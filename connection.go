@@ -624,6 +624,9 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		if err != nil {
 			c.report(&HeartbeatError{RedisErr: errorf("delete heartbeat: %w", err), Count: 1})
 		}
+		// the publish connections go back (a publish after this opens
+		// them again)
+		c.publisher.fast.close()
 	}()
 	return done
 }

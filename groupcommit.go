@@ -186,6 +186,6 @@ func (b *scriptBatcher) flush(_ int, batch []*batchedCall) {
 			}})
 	}
 	if len(calls) > 0 {
-		b.conn.sendAll(calls)
+		b.conn.sendAll(calls, nil)
 	}
 }

@@ -326,10 +326,11 @@ func (i *Inspector) History(ctx context.Context, queue string, since time.Durati
 	pipe := i.client.Pipeline()
 	tm := pipe.Time(ctx)
 	all := pipe.HGetAll(ctx, k.meta())
+	pub := pipe.HGetAll(ctx, k.pub())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, errorf("redq: history of %q: %w", queue, err)
 	}
-	return historyOf(tm.Val(), all.Val(), since), nil
+	return historyOf(tm.Val(), all.Val(), pub.Val(), since), nil
 }
 
 // historySlots is the number of minutes the ring of counters holds (HSLOTS
@@ -337,8 +338,9 @@ func (i *Inspector) History(ctx context.Context, queue string, since time.Durati
 const historySlots = 64
 
 // historyOf reads the ring of per-minute counters in meta (see tally in
-// scripts/lib.lua) at Redis time now.
-func historyOf(now time.Time, meta map[string]string, since time.Duration) []RatePoint {
+// scripts/lib.lua) at Redis time now, and adds the publishes counted in
+// pub that are not folded into it yet (see fold_fast), by their minute.
+func historyOf(now time.Time, meta, pub map[string]string, since time.Duration) []RatePoint {
 	cur := now.UnixMilli() / 60000
 	n := int64((since + time.Minute - 1) / time.Minute)
 	n = min(max(n, 1), historySlots-1)
@@ -349,6 +351,10 @@ func historyOf(now time.Time, meta map[string]string, since time.Duration) []Rat
 		if meta["m"+s] == strconv.FormatInt(m, 10) {
 			get := func(c string) int64 { v, _ := strconv.ParseInt(meta[c+s], 10, 64); return v }
 			p.Published, p.Acked, p.Rejected, p.Retried = get("p"), get("a"), get("r"), get("t")
+		}
+		if v, ok := pub[strconv.FormatInt(m, 10)]; ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			p.Published += n
 		}
 		out = append(out, p)
 	}

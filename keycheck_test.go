@@ -28,7 +28,7 @@ const keyCheckPrelude = `local redis = (function(r)
     DEL = 'all', EXISTS = 'all', TIME = 0, TYPE = 1,
     GET = 1, SET = 1, INCR = 1, PEXPIRE = 1,
     HDEL = 1, HEXISTS = 1, HGET = 1, HINCRBY = 1, HLEN = 1, HMGET = 1, HSCAN = 1, HSET = 1,
-    HGETALL = 1, LINDEX = 1, LLEN = 1, LPOP = 1, LPUSH = 1, LRANGE = 1, LREM = 1, LTRIM = 1, RPOP = 1,
+    HGETALL = 1, HVALS = 1, LINDEX = 1, LLEN = 1, LPOP = 1, LPUSH = 1, LRANGE = 1, LREM = 1, LTRIM = 1, RPOP = 1,
     RPUSH = 1, SADD = 1, SISMEMBER = 1, SREM = 1, ZADD = 1, ZCARD = 1, ZCOUNT = 1, ZRANGE = 1,
     ZRANGEBYSCORE = 1, ZREM = 1, ZREMRANGEBYRANK = 1, ZREMRANGEBYSCORE = 1, ZREVRANGE = 1,
     ZSCORE = 1,

@@ -35,6 +35,12 @@ import (
 //	                               np, na, nr, nt and a ring of one-minute
 //	                               slots m<s>, p<s>, a<s>, r<s>, t<s> (see
 //	                               tally in scripts/lib.lua)
+//	ns:{name}:pub                  hash minute -> count: plain publishes sent
+//	                               without Lua (see fence.go), by the
+//	                               publishing process's clock, until the
+//	                               next guarded publish folds them into the
+//	                               meta counters (see fold_fast in
+//	                               scripts/lib.lua)
 //	ns:{name}:resume               list: a marker that Resume pushes to wake
 //	                               the fetches waiting while the queue was
 //	                               paused (expires after a minute)
@@ -170,15 +176,15 @@ type queueKeys struct {
 	// order the queue scripts take them as KEYS (see queue_at in
 	// scripts/lib.lua): ready, levels, delayed, leases, rejected, meta,
 	// consumers, fence, seq, kpend, krun, kpark, kver, outbox, moved, then
-	// the ready lists of priorities 1..MaxPriority. Built once; never
-	// changed.
+	// the ready lists of priorities 1..MaxPriority, then pub. Built once;
+	// never changed.
 	outbox string
 	block  []string
 }
 
 // queueBlockLen is the number of keys in a queue's block (QLEN in
 // scripts/lib.lua).
-const queueBlockLen = 15 + MaxPriority
+const queueBlockLen = 16 + MaxPriority
 
 func newQueueKeys(ns, name string) queueKeys {
 	if name != "" && name[0] == '{' {
@@ -199,6 +205,7 @@ func queueKeysOf(p string) queueKeys {
 	for i := 1; i <= MaxPriority; i++ {
 		k.block = append(k.block, k.level(strconv.Itoa(i)))
 	}
+	k.block = append(k.block, p+":pub")
 	return k
 }
 
@@ -264,6 +271,10 @@ func (k queueKeys) ackKeys(conn string) []string {
 // meta is the queue's meta hash: settings, the paused flag and the
 // counters (see tally in scripts/lib.lua).
 func (k queueKeys) meta() string { return k.block[5] }
+
+// pub is the queue's hash of publish counts not yet in meta (see
+// fold_fast in scripts/lib.lua).
+func (k queueKeys) pub() string { return k.block[queueBlockLen-1] }
 
 // resume is the list that a Resume pushes a marker into, to wake the
 // consumers that wait while the queue is paused (see scripts/pause.lua).

@@ -54,7 +54,7 @@ func queueLeftovers(t testing.TB, b backend, q *redisQueue) []string {
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, q.keys.prefix+":")
 		switch {
-		case rest == "consumers", rest == "meta", rest == "seq", rest == "fence",
+		case rest == "consumers", rest == "meta", rest == "pub", rest == "seq", rest == "fence",
 			strings.HasPrefix(rest, "replies:"), strings.HasPrefix(rest, "lost:"), strings.HasPrefix(rest, "done:"),
 			strings.HasPrefix(rest, "published:"):
 		default:

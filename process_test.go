@@ -476,7 +476,7 @@ func procWantEmpty(t testing.TB, client redis.UniversalClient, admin Connection,
 			}
 			continue
 		}
-		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" {
+		if key == k.consumers || key == k.prefix+":seq" || key == k.prefix+":fence" || key == k.prefix+":kver" || key == k.pub() {
 			continue
 		}
 		rest := strings.TrimPrefix(key, k.prefix+":")

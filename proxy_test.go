@@ -31,6 +31,8 @@ type procProxy struct {
 	ln      net.Listener
 	armed   [][]byte
 	hold    bool
+	holdReq bool   // hold the request itself, not its reply (armHoldRequest)
+	held    []byte // the request held by armHoldRequest
 	tripped int
 	release chan struct{}
 	conns   map[net.Conn]bool
@@ -93,10 +95,28 @@ func (p *procProxy) arm(patterns ...string) { p.setArmed(false, patterns) }
 // until release.
 func (p *procProxy) armHold(patterns ...string) { p.setArmed(true, patterns) }
 
+// armHoldRequest holds the next request that contains any of the patterns
+// in transit: Redis does not get it until release, which passes it on to
+// the connection to Redis it came for (as a request that waited in a
+// socket while Redis was paused) and then closes both sides.
+func (p *procProxy) armHoldRequest(patterns ...string) {
+	p.setArmed(true, patterns)
+	p.mu.Lock()
+	p.holdReq = true
+	p.mu.Unlock()
+}
+
+// heldRequest is the request armHoldRequest held.
+func (p *procProxy) heldRequest() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
 func (p *procProxy) setArmed(hold bool, patterns []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed, p.hold = nil, hold
+	p.armed, p.hold, p.holdReq = nil, hold, false
 	if hold {
 		p.release = make(chan struct{})
 	}
@@ -161,18 +181,19 @@ func (p *procProxy) up(t testing.TB) {
 }
 
 // trip reports whether window holds an armed pattern, and disarms; hold
-// says whether to hold the reply rather than drop it.
-func (p *procProxy) trip(window []byte) (tripped, hold bool) {
+// says whether to hold the reply rather than drop it, holdReq whether to
+// hold the request itself.
+func (p *procProxy) trip(window []byte) (tripped, hold, holdReq bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pat := range p.armed {
 		if bytes.Contains(window, pat) {
 			p.armed = nil
 			p.tripped++
-			return true, p.hold
+			return true, p.hold, p.holdReq
 		}
 	}
-	return false, false
+	return false, false, false
 }
 
 func (p *procProxy) serve(client net.Conn) {
@@ -212,9 +233,22 @@ func (p *procProxy) serve(client net.Conn) {
 		if n > 0 {
 			window := append(tail, buf[:n]...)
 			tail = append([]byte(nil), window[max(0, len(window)-tailLen):]...)
-			tripped, hold := p.trip(window)
+			tripped, hold, holdReq := p.trip(window)
 			if tripped {
 				dropping.Store(true)
+			}
+			if holdReq {
+				p.mu.Lock()
+				p.held = append([]byte(nil), buf[:n]...)
+				release := p.release
+				p.mu.Unlock()
+				<-release
+				_, _ = server.Write(buf[:n])
+				time.Sleep(100 * time.Millisecond)
+				client.Close()
+				server.Close()
+				<-done
+				return
 			}
 			if _, werr := server.Write(buf[:n]); werr != nil {
 				return

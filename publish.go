@@ -242,10 +242,11 @@ type publisher struct {
 	conn   *redisConnection
 	group  *groupCommit[*publishRequest]
 	fields fieldPool
+	fast   *fastPath // first sends without Lua (see fence.go)
 }
 
 func newPublisher(c *redisConnection) *publisher {
-	p := &publisher{conn: c, fields: fieldPool{prefix: "p"}}
+	p := &publisher{conn: c, fields: fieldPool{prefix: "p"}, fast: newFastPath(c.client, c.opts)}
 	p.group = newGroupCommit(p.flush)
 	return p
 }
@@ -296,12 +297,24 @@ func (p *publisher) pushDirect(ctx context.Context, q *redisQueue, envs []any) e
 type pushCall struct {
 	ready, record string // the record of the field the call holds
 	meta          string // the queue's meta hash (its counters)
+	pub           string // the queue's counts of publishes sent without Lua
 	token         string
 	envs          []any
+	// fold makes the guarded form fold pub into meta (see fastPath.usable)
+	fold bool
 }
 
 func (p *publisher) pushCall(q *redisQueue, field, token string, envs []any) *pushCall {
-	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), meta: q.keys.meta(), token: token, envs: envs}
+	return &pushCall{ready: q.keys.ready, record: q.keys.published(p.conn.Name(), field), meta: q.keys.meta(),
+		pub: q.keys.pub(), token: token, envs: envs}
+}
+
+// keys is the KEYS of the call's guard (see publish.lua).
+func (pc *pushCall) keys() []string {
+	if pc.fold {
+		return []string{pc.ready, pc.record, pc.meta, pc.pub}
+	}
+	return []string{pc.ready, pc.record, pc.meta}
 }
 
 // pushScriptMax is the most envelopes a plain publish hands to publish.lua
@@ -371,7 +384,7 @@ func pushTx(ctx context.Context, c sender, calls []*pushCall) []*redis.Cmd {
 	guards := make([]*redis.Cmd, len(calls))
 	for i, pc := range calls {
 		pushes[i] = pipe.LPush(ctx, pc.ready, pc.envs...)
-		guards[i] = scripts.publish.Eval(ctx, pipe, []string{pc.ready, pc.record, pc.meta}, pc.token, len(pc.envs))
+		guards[i] = scripts.publish.Eval(ctx, pipe, pc.keys(), pc.token, len(pc.envs))
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	for i := range calls {
@@ -407,13 +420,15 @@ func pushScripts(calls []*pushCall) []scriptCall {
 	sc := make([]scriptCall, len(calls))
 	for i, pc := range calls {
 		args := append([]any{pc.token, len(pc.envs)}, pc.envs...)
-		sc[i] = scriptCall{script: scripts.publish, keys: []string{pc.ready, pc.record, pc.meta}, args: args}
+		sc[i] = scriptCall{script: scripts.publish, keys: pc.keys(), args: args}
 	}
 	return sc
 }
 
-// flush sends one publish call per queue, in one pipeline.
-func (p *publisher) flush(_ int, batch []*publishRequest) {
+// flush sends one publish call per queue, in one pipeline: the first time
+// without Lua on slot's dedicated connection when the fast path allows it
+// (see fence.go).
+func (p *publisher) flush(slot int, batch []*publishRequest) {
 	var calls []*remembered
 	if len(batch) == 1 {
 		// a call alone (one goroutine publishing) needs no grouping
@@ -437,9 +452,16 @@ func (p *publisher) flush(_ int, batch []*publishRequest) {
 			calls = append(calls, p.call(byQueue[q]))
 		}
 	}
-	if len(calls) > 0 {
-		p.conn.sendAll(calls)
+	if len(calls) == 0 {
+		return
 	}
+	var first func([]*remembered) []*redis.Cmd
+	if p.fast.usable(calls, time.Now()) {
+		first = func(calls []*remembered) []*redis.Cmd {
+			return p.fast.send(context.Background(), slot, calls)
+		}
+	}
+	p.conn.sendAll(calls, first)
 }
 
 // call is one publish call of the requests rs, all to one queue: their
@@ -461,7 +483,9 @@ func (p *publisher) call(rs []*publishRequest) *remembered {
 		}
 	}
 	rc.done = func(_ any, err error) {
-		p.fields.put(field)
+		if rc.fence == nil || rc.fenced {
+			p.fields.put(field)
+		} // else its first send may still run: the field is retired
 		for _, r := range rs {
 			r.done <- err
 		}

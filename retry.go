@@ -56,6 +56,9 @@ func classify(err error) failure {
 	var opErr *net.OpError
 	var redisErr redis.Error
 	switch {
+	case errors.Is(err, errNotFenced):
+		// (the call was not sent; an earlier send may still run)
+		return failUnknown
 	case errors.Is(err, errBadReply), errors.Is(err, ErrorNotReplicated):
 		// (a resend of a call that ran could not wait for its write)
 		return failAnswered
@@ -252,15 +255,21 @@ type remembered struct {
 	// confirmed is given its answer and a *ReplicationError.
 	done  func(v any, err error)
 	sends sends
+	// fence, set when a first send without Lua got no answer, names its
+	// connection, which is killed before the call is sent again; fenced
+	// once that kill succeeded (see fence.go).
+	fence  *fence
+	fenced bool
 }
 
 // sendAll sends calls once in one pipeline (one round trip) and leaves
 // those that need sending again to a goroutine, so that the caller (a
 // group commit's flush) is free at once. Each call's done is called once:
 // from this goroutine for the calls answered now, from the other for the
-// rest.
-func (c *redisConnection) sendAll(calls []*remembered) {
-	if again := c.sendOnce(calls, 1); len(again) > 0 {
+// rest. first, when not nil, makes the first try instead of the usual
+// send, or returns nil to leave it to that (see fastPath.send).
+func (c *redisConnection) sendAll(calls []*remembered, first func([]*remembered) []*redis.Cmd) {
+	if again := c.sendOnce(calls, 1, first); len(again) > 0 {
 		go func() {
 			for try := 2; len(again) > 0; try++ {
 				// Wait for the backoff, and give each call whose deadline
@@ -283,7 +292,7 @@ func (c *redisConnection) sendAll(calls []*remembered) {
 				if len(again) == 0 {
 					return
 				}
-				again = c.sendOnce(again, try)
+				again = c.sendOnce(again, try, nil)
 			}
 		}()
 	}
@@ -305,13 +314,20 @@ func expire(calls []*remembered) []*remembered {
 
 // sendOnce makes one try of calls in one pipeline and returns those to
 // send again. The try is bounded by the client's own timeouts (see
-// resend).
-func (c *redisConnection) sendOnce(calls []*remembered, try int) []*remembered {
+// resend). first is sendAll's.
+func (c *redisConnection) sendOnce(calls []*remembered, try int, first func([]*remembered) []*redis.Cmd) []*remembered {
 	var cmds []*redis.Cmd
 	var waits []error // per call, with WithWaitReplicas: replicas missing
-	if c.opts.waitReplicas > 0 {
+	if first != nil {
+		cmds = first(calls)
+	}
+	switch {
+	case cmds != nil:
+	case c.opts.waitReplicas > 0:
 		cmds, waits = c.sendReplicated(context.Background(), calls)
-	} else {
+	case needsFence(calls):
+		cmds = c.sendFenced(context.Background(), calls)
+	default:
 		cmds = sendBatch(context.Background(), c.client, calls)
 	}
 	var again []*remembered

@@ -64,8 +64,8 @@ local function with_meta(e, m, stop)
 end
 
 -- The number of keys of a queue's block (queueBlockLen in keys.go): 15
--- keys and the ready lists of priorities 1..9.
-local QLEN = 24
+-- keys, the ready lists of priorities 1..9 and pub.
+local QLEN = 25
 local MAXP = 9
 
 -- The queue whose block starts at KEYS[b].
@@ -73,7 +73,8 @@ local function queue_at(b)
   return {ready = KEYS[b], levels = KEYS[b + 1], delayed = KEYS[b + 2], leases = KEYS[b + 3],
     rejected = KEYS[b + 4], meta = KEYS[b + 5], consumers = KEYS[b + 6], fence = KEYS[b + 7],
     seq = KEYS[b + 8], kpend = KEYS[b + 9], krun = KEYS[b + 10], kpark = KEYS[b + 11],
-    kver = KEYS[b + 12], outbox = KEYS[b + 13], moved = KEYS[b + 14], lv = b + 14, conns = {}, need = {}}
+    kver = KEYS[b + 12], outbox = KEYS[b + 13], moved = KEYS[b + 14], lv = b + 14, pub = KEYS[b + 24],
+    conns = {}, need = {}}
 end
 
 -- The keys of a queue script: the queue P with the storage of the
@@ -236,6 +237,52 @@ local function tally(mk, c, n, now)
     end
   end
   redis.call('HINCRBY', mk, c .. (minute % HSLOTS), n)
+end
+
+-- Fold the counts of plain publishes that went to Redis without Lua (see
+-- fence.go) into the counters of meta mk. Such a publish cannot read the
+-- ring, so it adds its payloads to the field of its minute, by the
+-- publishing process's clock, in the small hash pk; a guarded publish
+-- calls this right after its own tally, and so once a minute at least
+-- while plain publishes come. A minute that is lm counts in lm's slot; an
+-- older one whose slot still holds it counts in that slot and in the
+-- totals (its slot was folded into them when lm moved on); one gone from
+-- the ring counts in the totals alone. A minute ahead of lm (the process's
+-- clock runs ahead of Redis's) stays in pk until lm reaches or passes it.
+local function fold_fast(mk, pk)
+  local f = redis.call('HGETALL', pk)
+  if #f == 0 then
+    return
+  end
+  local lm = tonumber(redis.call('HGET', mk, 'lm'))
+  if lm == nil then
+    return
+  end
+  local done = {}
+  local total = 0
+  for i = 1, #f, 2 do
+    local m, n = tonumber(f[i]), tonumber(f[i + 1])
+    if m and m <= lm then
+      local s = m % HSLOTS
+      if m == lm then
+        redis.call('HINCRBY', mk, 'p' .. s, n)
+      elseif redis.call('HGET', mk, 'm' .. s) == f[i] then
+        redis.call('HINCRBY', mk, 'p' .. s, n)
+        total = total + n
+      else
+        total = total + n
+      end
+      done[#done + 1] = f[i]
+    elseif not m then
+      done[#done + 1] = f[i]
+    end
+  end
+  if total ~= 0 then
+    redis.call('HINCRBY', mk, 'np', total)
+  end
+  if #done > 0 then
+    redis.call('HDEL', pk, unpack(done))
+  end
 end
 
 -- Count a delivery whose time to live ran out; keep it in rejected when the

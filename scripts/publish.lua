@@ -1,5 +1,5 @@
--- A plain publish, run once per token. It comes in two forms, chosen by
--- its size (see pushBatch):
+-- A plain publish, run once per token: the guarded form. It comes in two
+-- shapes, chosen by its size (see pushBatch):
 --
 -- * Small (a few envelopes): this script alone, with the envelopes in
 --   ARGV[3..]. It pushes them to the head of ready unless a send of the
@@ -30,8 +30,18 @@
 -- It counts what it published in the queue's counters (see tally in
 -- lib.lua).
 --
+-- Where the client allows it, a call's first send is not this script but
+-- a transaction without Lua on a connection of its own (see fence.go):
+-- its LPUSH, a SET of KEYS[2] to the call's token, and a count in the
+-- queue's pub hash. When that send gets no answer, its connection is
+-- killed (CLIENT KILL ID ADDR) before the call is sent again in this
+-- form, so that the first send either ran, and left its token here for
+-- this script to find, or never runs.
+--
 -- KEYS[1] ready, KEYS[2] the field's publish record (a string), KEYS[3]
--- the queue's meta hash
+-- the queue's meta hash, and from a publisher that also publishes without
+-- Lua, KEYS[4] the queue's pub hash, whose counts it folds into meta (see
+-- fold_fast in lib.lua)
 -- ARGV[1] token, ARGV[2] how many envelopes the call has, ARGV[3..] the
 -- envelopes (small form only)
 local last = redis.call('SET', KEYS[2], ARGV[1], 'GET', 'PX', REPLY_KEEP)
@@ -46,4 +56,7 @@ if #ARGV > 2 then
   redis.call('LPUSH', KEYS[1], unpack(ARGV, 3))
 end
 tally(KEYS[3], 'p', tonumber(ARGV[2]), now_ms())
+if KEYS[4] then
+  fold_fast(KEYS[3], KEYS[4])
+end
 return tonumber(ARGV[2])

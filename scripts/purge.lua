@@ -62,6 +62,7 @@ if string.find(what, 'd', 1, true) then
     end
   end
   redis.call('HDEL', P.meta, unpack(fields))
+  redis.call('DEL', P.pub)
   if own ~= P.ready then
     redis.call('DEL', own)
   end

@@ -85,6 +85,8 @@ func classifyKey(name, ns string, queues []string) (role string, kind int) {
 		return "id counter of foreign items", keySmall
 	case rest == "meta":
 		return "queue settings and expired count", keySmall
+	case rest == "pub":
+		return "publish counts not yet folded into meta", keySmall
 	case rest == "consumers":
 		return "connections registered for the queue", keySmall
 	case head == "replies":
