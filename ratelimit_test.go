@@ -3,6 +3,9 @@ package redq
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redq/redq/internal/redistest"
 )
 
 // Bad rate limits are an *ArgumentError naming the field, and change
@@ -282,4 +286,136 @@ func TestRateLimitHandlers(t *testing.T) {
 		}
 		_ = ctx
 	})
+}
+
+// The acceptance run: a limit of 100 a second, 8 consumers in 2
+// processes, for 8 s (30 s with REDQ_RATE_LONG=1), on a real Redis. The
+// hand-out times are read by Redis's clock from the queue's log of takes,
+// which this test copies every 200ms (an entry stays there a whole
+// window); the copy is checked to hold every take the queue's counters
+// account for (acked, unacked or back in ready), so that a take the log
+// missed would fail the test. No 1 s window, wherever it starts, holds
+// more than 100 hand-outs, and the run hands out at least 95 % of the
+// limit.
+func TestRateLimitProcesses(t *testing.T) {
+	skipShort(t, "runs consumer processes for seconds")
+	run := 8 * time.Second
+	if os.Getenv("REDQ_RATE_LONG") == "1" {
+		run = 30 * time.Second
+	}
+	const (
+		limit = 100
+		per   = time.Second
+		queue = "limited"
+	)
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	ns := procNamespace(t)
+	admin, err := openConn(client, "admin", nil, WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { <-admin.StopAllConsuming() })
+	q, err := admin.OpenQueue(queue, WithRateLimit(limit, per))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// more than the run can hand out, so the limit holds throughout
+	procPublish(t, q, procPayloads("job", int(run/per+3)*limit))
+
+	log := newQueueKeys(ns, queue).rate()
+	var mu sync.Mutex
+	taken := map[string]int64{} // take -> Redis ms
+	copyLog := func() {
+		v, err := client.ZRangeWithScores(ctx, log, 0, -1).Result()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, z := range v {
+			taken[z.Member.(string)] = int64(z.Score)
+		}
+	}
+	stopCopy := make(chan struct{})
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			copyLog()
+			select {
+			case <-stopCopy:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	dir := t.TempDir()
+	var children []*procHelper
+	for _, tag := range []string{"p1", "p2"} {
+		env := procEnv(srv, ns, queue, tag)
+		env[procEnvPrefetch] = "10"
+		env[procEnvConsumers] = "4"
+		env[procEnvAckFile] = filepath.Join(dir, tag)
+		h := startProcHelper(t, "consume", env)
+		h.await("READY", 20*time.Second, nil)
+		children = append(children, h)
+	}
+	time.Sleep(run)
+	for _, h := range children {
+		h.send("STOP")
+	}
+	for _, h := range children {
+		h.await("STOPPED", 30*time.Second, nil)
+	}
+	copyLog()
+	close(stopCopy)
+	<-copied
+
+	insp, err := NewInspector(client, WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := insp.Queue(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := info.Acked + info.Unacked + info.Retried; int64(len(taken)) != want {
+		t.Fatalf("the log copy holds %d takes, the counters account for %d (acked %d, unacked %d, retried %d)",
+			len(taken), want, info.Acked, info.Unacked, info.Retried)
+	}
+	times := make([]int64, 0, len(taken))
+	for _, ms := range taken {
+		times = append(times, ms)
+	}
+	slices.Sort(times)
+	// the busiest window [times[i], times[i]+per) of every start that
+	// matters (a window's count only grows to its first hand-out)
+	busiest, at := 0, int64(0)
+	for i, j := 0, 0; i < len(times); i++ {
+		for j < len(times) && times[j] < times[i]+per.Milliseconds() {
+			j++
+		}
+		if j-i > busiest {
+			busiest, at = j-i, times[i]
+		}
+	}
+	span := time.Duration(times[len(times)-1]-times[0]) * time.Millisecond
+	// the most the limit allows from the first hand-out to the last is
+	// limit for every window that starts in that span, and one more
+	rate := float64(len(times)) / (span.Seconds() + per.Seconds())
+	t.Logf("%d hand-outs over %v: %.1f a second; busiest 1 s window %d (from %d ms)", len(times), span, rate, busiest, at)
+	if busiest > limit {
+		t.Fatalf("a 1 s window starting at Redis ms %d holds %d hand-outs, limit %d", at, busiest, limit)
+	}
+	if rate < 0.95*limit {
+		t.Fatalf("%.1f hand-outs a second, want at least 95 %% of %d", rate, limit)
+	}
 }
