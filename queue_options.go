@@ -79,8 +79,8 @@ func (l RateLimit) String() string {
 }
 
 // MaxRateLimitN bounds the N of a rate limit. The queue keeps one entry
-// per hand-out in the last window (see WithRateLimit), so N bounds that
-// memory: about 60 bytes an entry on Redis 7, at most a few MB a queue.
+// per hand-out of the last window (see WithRateLimit), so N bounds that
+// memory: about 130 bytes an entry on Redis 7, at most 13 MB a queue.
 const MaxRateLimitN = 100_000
 
 // MinRateLimitPer and MaxRateLimitPer bound the window of a rate limit:
