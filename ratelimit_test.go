@@ -141,6 +141,65 @@ func TestRateLimitAcrossConnectionsWithTake(t *testing.T) {
 	})
 }
 
+// Keyed items count like other deliveries, and pause and the limit
+// compose: a paused queue hands out nothing whatever the window allows,
+// and after Resume the window's rule applies as before.
+func TestRateLimitKeyedAndPause(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "kp", namespace())
+		const per = 400 * time.Millisecond
+		q, err := c.OpenQueue("mix", WithRateLimit(3, per))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"k1", "k2"} {
+			if _, err := q.Upsert(ctx, k, []byte(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 4; i++ {
+			mustPut(t, q, "plain")
+		}
+		if err := q.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ds, err := q.TakeBatch(ctx, 10, 100*time.Millisecond); !errors.Is(err, ErrorTimeout) {
+			t.Fatalf("TakeBatch on a paused limited queue: %d, %v, want ErrorTimeout", len(ds), err)
+		}
+		if err := q.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := q.TakeBatch(ctx, 10, time.Second)
+		if err != nil || len(ds) != 3 {
+			t.Fatalf("TakeBatch after Resume: %d, %v, want the limit's 3", len(ds), err)
+		}
+		start := time.Now()
+		ackAll(t, ds)
+		var more Deliveries
+		for len(more) < 3 {
+			d, err := q.TakeBatch(ctx, int64(3-len(more)), 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			more = append(more, d...)
+		}
+		if waited := time.Since(start); waited < per-50*time.Millisecond {
+			t.Fatalf("3 more within %v of a window of %v", waited, per)
+		}
+		keys := 0
+		for _, d := range append(ds, more...) {
+			if d.Key() != "" {
+				keys++
+			}
+		}
+		if keys != 2 {
+			t.Fatalf("%d keyed items among the first 6 hand-outs, want both", keys)
+		}
+		ackAll(t, more)
+	})
+}
+
 // fetchCounter counts the fetch script calls a client sends (alone or in
 // a pipeline).
 type fetchCounter struct{ n atomic.Int64 }
