@@ -570,6 +570,9 @@ func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...Qu
 		}
 		pipe.HSet(ctx, q.keys.prefix+":meta", "keep_expired", keep)
 	}
+	if o.rate != nil {
+		setRateLimit(ctx, pipe, q.keys, *o.rate)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, errorf("redq: open queue %q: %w", name, err)
 	}

@@ -54,6 +54,8 @@
 //   - Retries with backoff: [Queue.AddHandler] and [WithRetryPolicy]; a
 //     delivery that fails every attempt is rejected with its reason in the
 //     [HeaderError] header, and [Queue.ReturnRejected] brings it back.
+//   - Rate limits: [WithRateLimit] hands out at most n deliveries of a
+//     queue in any window, across every process, by Redis's clock.
 //   - Keyed deliveries (debounce, throttle, dedupe): [Queue.Upsert],
 //     [Queue.Lookup], [Queue.RunNow], [Queue.Cancel].
 //   - Timers: [Connection.OpenTimers]. Round queues (hand each item out

@@ -189,6 +189,9 @@ type QueueInfo struct {
 	KeyedPending int64
 	// Paused is true while the queue is paused (see Queue.Pause).
 	Paused bool
+	// RateLimit is the queue's rate limit (see WithRateLimit); zero when
+	// it has none.
+	RateLimit RateLimit
 	// Consumers counts the consumers of every connection; Connections
 	// the connections registered for the queue.
 	Consumers, Connections int64
@@ -274,7 +277,7 @@ func (i *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 func queueInfo(name string, q QueueStat) QueueInfo {
 	return QueueInfo{
 		Name: name, Ready: q.ReadyCount, Delayed: q.DelayedCount, Unacked: q.UnackedCount(), Rejected: q.RejectedCount,
-		KeyedPending: q.KeyedPending, Paused: q.Paused, Consumers: q.ConsumerCount(), Connections: q.ConnectionCount(),
+		KeyedPending: q.KeyedPending, Paused: q.Paused, RateLimit: q.RateLimit, Consumers: q.ConsumerCount(), Connections: q.ConnectionCount(),
 		Published: q.totals[0], Acked: q.totals[1], Rejects: q.totals[2], Retried: q.totals[3],
 	}
 }

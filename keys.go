@@ -30,6 +30,7 @@ import (
 //	                               lease of a taken delivery with a TTR ends
 //	ns:{name}:rejected             list of envelopes
 //	ns:{name}:meta                 hash: expired (count), keep_expired (0/1),
+//	                               rate_n and rate_ms (see WithRateLimit),
 //	                               paused (set while the queue is paused, see
 //	                               Queue.Pause), and the counters: totals
 //	                               np, na, nr, nt and a ring of one-minute
@@ -41,6 +42,10 @@ import (
 //	                               next guarded publish folds them into the
 //	                               meta counters (see fold_fast in
 //	                               scripts/lib.lua)
+//	ns:{name}:rate                 sorted set: the log of takes of a
+//	                               rate-limited queue, take -> Redis ms,
+//	                               trimmed to the last window (see
+//	                               WithRateLimit and scripts/fetch.lua)
 //	ns:{name}:resume               list: a marker that Resume pushes to wake
 //	                               the fetches waiting while the queue was
 //	                               paused (expires after a minute)
@@ -279,6 +284,10 @@ func (k queueKeys) pub() string { return k.block[queueBlockLen-1] }
 // resume is the list that a Resume pushes a marker into, to wake the
 // consumers that wait while the queue is paused (see scripts/pause.lua).
 func (k queueKeys) resume() string { return k.prefix + ":resume" }
+
+// rate is the log of takes of a rate-limited queue (see
+// scripts/fetch.lua).
+func (k queueKeys) rate() string { return k.prefix + ":rate" }
 
 // block0 is the KEYS of a script on the queue alone: no own key, no
 // connection.

@@ -688,6 +688,15 @@ func (q *redisQueue) fetchLoop() {
 		for err == nil && hint != hintCapped && q.mayWait(reg) {
 			var ahead bool
 			switch {
+			case hint < hintLimited:
+				// The rate limit holds: sleep until a hand-out leaves its
+				// window (ready may be full: a wait on it would return at
+				// once), and fetch.
+				if !q.sleep(waitFor(q.pollDuration, limitedWait(hint))) {
+					return
+				}
+				got, hint, err = q.fetch(ctx, reg, min(q.prefetchLimit-int64(len(q.buf)), q.chunk()))
+				ahead = true
 			case hint == hintPaused:
 				// Paused: wait for a Resume (which wakes the wait) or
 				// pollDuration, and fetch again.
@@ -831,6 +840,28 @@ const hintPaused = -3
 // record of the first send; parseTaken makes it 0 (call again) and marks
 // the take replayed.
 const hintReplayed = -4
+
+// hintLimited is the bound of fetch.lua's hints while the queue's rate
+// limit holds: a hint below it is hintLimited minus the ms until the next
+// hand-out is allowed (see limitedWait).
+const hintLimited = -5
+
+// limitedWait is the ms until the next hand-out of a rate-limited queue
+// is allowed, from a fetch's hint below hintLimited, as the hints of due
+// deliveries are.
+func limitedWait(hint int64) int64 { return hintLimited - hint }
+
+// sleep waits d or until consuming stops; false once it stops.
+func (q *redisQueue) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-q.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // refillPause is how long the fetch loop lets room gather while more than
 // half the buffer is full (see fetchLoop).
@@ -1010,9 +1041,9 @@ func (q *redisQueue) parseTaken(reg *registration, v []any) (taken, error) {
 // maxOthers bounds how many other connections' storage one fetch declares.
 const maxOthers = 16
 
-// fetchKeys is the KEYS of a fetch: the queue's keys with the
-// connection's storage and that of the other connections the last fetch
-// named (see fetch.lua).
+// fetchKeys is the KEYS of a fetch: the queue's keys, the log of takes
+// of a rate limit as its own key, and the connection's storage and that
+// of the other connections the last fetch named (see fetch.lua).
 func (q *redisQueue) fetchKeys(reg *registration) []string {
 	q.othersMu.Lock()
 	others := q.others
@@ -1022,7 +1053,7 @@ func (q *redisQueue) fetchKeys(reg *registration) []string {
 	for _, c := range others {
 		conns = append(conns, q.keys.connKeys(c))
 	}
-	return q.keys.scriptKeys("", nil, conns...)
+	return q.keys.scriptKeys(q.keys.rate(), nil, conns...)
 }
 
 // needOthers keeps the connections a fetch named (need: names separated

@@ -68,6 +68,9 @@ type QueueStat struct {
 	// Paused is true while the queue is paused (see Queue.Pause): no
 	// connection fetches from it until it is resumed.
 	Paused bool `json:"paused"`
+	// RateLimit is the queue's rate limit (see WithRateLimit); zero when
+	// it has none.
+	RateLimit RateLimit `json:"rateLimit"`
 	// totals are the counters published, acked, rejected, retried (read
 	// by the Inspector; see tally in scripts/lib.lua).
 	totals [4]int64
@@ -244,7 +247,7 @@ func stateWord(active, stopped bool) string {
 }
 
 // countsLen is the length of counts.lua's reply.
-const countsLen = 12
+const countsLen = 14
 
 // countsOf reads the reply of a pipelined counts.lua call, running it again
 // on its own when Redis did not know the script.
@@ -406,7 +409,8 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	for i, name := range queueList {
 		n := counts[i]
 		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3],
-			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Paused: n[7] == 1, totals: [4]int64(n[8:12]), Connections: map[string]ConnectionStat{}}
+			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Paused: n[7] == 1, totals: [4]int64(n[8:12]),
+			RateLimit: rateLimitOf(n[12], n[13]), Connections: map[string]ConnectionStat{}}
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), Stopped: stopped(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}

@@ -175,6 +175,7 @@ type statsRoundRow struct {
 type statsQueueRow struct {
 	Name                              string
 	Paused                            bool
+	RateLimit                         RateLimit
 	Ready, Rejected, Delayed, Expired int64
 	KeyedPending, KeyedRunning        int64
 	KeyedParked                       int64
@@ -213,6 +214,7 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 		row := statsQueueRow{
 			Name:         name,
 			Paused:       qs.Paused,
+			RateLimit:    qs.RateLimit,
 			Ready:        qs.ReadyCount,
 			Rejected:     qs.RejectedCount,
 			Delayed:      qs.DelayedCount,
@@ -302,6 +304,7 @@ tr.dead { background: #ffebe9; }
 .status.active { background: #dafbe1; color: #1a7f37; }
 .status.dead { background: #cf222e; color: #fff; }
 .status.stopped { background: #eaeef2; color: #57606a; }
+.status.rate { background: #e0f2fe; color: #075985; }
 .empty { color: #656d76; font-style: italic; }
 </style>
 </head>
@@ -318,7 +321,7 @@ tr.dead { background: #ffebe9; }
 {{- range .Queues}}
 <tbody>
 <tr class="queue" data-queue="{{.Name}}">
-<th scope="row">{{.Name}}{{if .Paused}} <span class="status paused" data-field="paused" title="no connection fetches from it until it is resumed">paused</span>{{end}}</th>
+<th scope="row">{{.Name}}{{if .Paused}} <span class="status paused" data-field="paused" title="no connection fetches from it until it is resumed">paused</span>{{end}}{{if not .RateLimit.IsZero}} <span class="status rate" data-field="rate-limit" title="rate limit: at most this many hand-outs in any window of this length">{{.RateLimit}}</span>{{end}}</th>
 <td data-field="ready">{{.Ready}}</td>
 <td data-field="rejected"{{if .Rejected}} class="nonzero-rejected"{{end}}>{{.Rejected}}</td>
 <td data-field="delayed">{{.Delayed}}</td>

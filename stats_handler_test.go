@@ -665,3 +665,27 @@ func TestStoppedConnectionIsListedAsStoppedUntilACleanerRuns(t *testing.T) {
 		wantCounts(t, admin, "jobs", 1, 0, 0)
 	})
 }
+
+// The stats page shows a queue's rate limit, and its JSON carries it.
+func TestHandlerShowsRateLimit(t *testing.T) {
+	stub := &handlerStubConn{stats: Stats{QueueStats: map[string]QueueStat{
+		"sms":  {RateLimit: RateLimit{N: 100, Per: time.Second}, Connections: ConnectionStats{}},
+		"mail": {Connections: ConnectionStats{}},
+	}, OtherConnections: map[string]bool{}}}
+	_, body := handlerGet(t, NewHandler(stub), "/")
+	if !strings.Contains(body, `data-field="rate-limit"`) || !strings.Contains(body, ">100/1s<") {
+		t.Errorf("no rate limit 100/1s on the page:\n%s", body)
+	}
+	if n := strings.Count(body, `data-field="rate-limit"`); n != 1 {
+		t.Errorf("%d rate limits shown, want only sms's", n)
+	}
+	_, body = handlerGet(t, NewHandler(stub), "/?format=json")
+	var got struct {
+		QueueStats map[string]struct {
+			RateLimit RateLimit `json:"rateLimit"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || got.QueueStats["sms"].RateLimit != (RateLimit{100, time.Second}) {
+		t.Errorf("no rate limit in the JSON:\n%s", body)
+	}
+}

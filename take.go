@@ -131,15 +131,32 @@ func (q *redisQueue) TakeBatch(ctx context.Context, max int64, timeout time.Dura
 				w = newWaiter(q.conn.client, q.keys.ready, true)
 			}
 			var err error
-			if hint == hintPaused {
+			switch {
+			case hint < hintLimited:
+				// the rate limit holds: sleep until a hand-out leaves its
+				// window (a wait on ready would end at once)
+				err = sleepCtx(ctx, min(waitFor(left, limitedWait(hint)), takeWaitCap))
+			case hint == hintPaused:
 				err = w.waitKey(ctx, q.keys.resume(), min(left, takeWaitCap), true)
-			} else {
+			default:
 				err = w.wait(ctx, min(waitFor(left, hint), takeWaitCap), true)
 			}
 			if err != nil {
 				return nil, errorf("redq: take from %q: %w", q.name, err)
 			}
 		}
+	}
+}
+
+// sleepCtx waits d; ctx's error when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

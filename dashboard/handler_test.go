@@ -650,3 +650,20 @@ func TestSharedSecret(t *testing.T) {
 		}
 	}
 }
+
+// A queue's rate limit shows on its overview row and its page; a queue
+// without one shows none.
+func TestRateLimitShown(t *testing.T) {
+	f := fakeWithData()
+	f.queue("emails").info.RateLimit = redq.RateLimit{N: 100, Per: time.Second}
+	b := newBrowser(t, mustHandler(t, f, Options{}), "")
+	for _, path := range []string{"/", "/queues/emails"} {
+		_, body := b.get(path)
+		if !strings.Contains(body, `data-field="rate-limit"`) || !strings.Contains(body, ">100/1s<") {
+			t.Errorf("GET %s: no rate limit 100/1s in the page", path)
+		}
+	}
+	if _, body := b.get("/queues/thumbs"); strings.Contains(body, `data-field="rate-limit"`) {
+		t.Error("GET /queues/thumbs: a rate limit shown for a queue without one")
+	}
+}

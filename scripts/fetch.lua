@@ -41,16 +41,29 @@
 -- did not declare (see expire_leases in lib.lua): the caller declares them
 -- in a later call.
 --
+-- With a rate limit (fields rate_n and rate_ms of the queue's meta hash,
+-- see WithRateLimit), at most rate_n takes happen in any window of
+-- rate_ms, by Redis's clock. The script's own key is the queue's log of
+-- takes: a sorted set of take fields by the time they were taken,
+-- trimmed to the last window and expiring after one window of no takes.
+-- A call takes at most rate_n minus the takes in the last window; when
+-- the log is full it takes nothing, and the hint is -5 minus the ms until
+-- its oldest take leaves the window (a hint of -6 or less): the caller
+-- waits that long, not on ready, which would wake it at once while ready
+-- holds deliveries. A call that took what the limit allowed and filled
+-- the log answers that hint too.
+--
 -- With a cap ARGV[6] (a consumer's prefetch limit; 0: none), the
 -- connection holds at most that many takes of the queue, as in rmq: it
 -- takes at most the cap minus what it holds, and when it holds the cap it
 -- takes nothing and answers the hint -2.
 --
--- KEYS: the queue's keys with the storage of the connection and of others
--- whose leases may have run out (see scriptKeys in keys.go)
+-- KEYS: the queue's keys, with the log of takes (above) as the script's
+-- own key, and the storage of the connection and of others whose leases
+-- may have run out (see scriptKeys in keys.go)
 -- ARGV[1] connection, ARGV[2] how many, ARGV[3] token, ARGV[4] field,
 -- ARGV[5] cap
-local P = queue_keys()
+local P, rl = queue_keys()
 local conn, n, token, field = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local cap = tonumber(ARGV[5])
 local own = conn_keys(P, conn)
@@ -88,7 +101,9 @@ if lt == tonumber(token) then
   return out
 end
 expire_leases(P, now, 100)
-if redis.call('HEXISTS', P.meta, 'paused') == 1 then
+-- paused, rate_n, rate_ms: one read whether or not a limit is set
+local st = redis.call('HMGET', P.meta, 'paused', 'rate_n', 'rate_ms')
+if st[1] then
   promote(P, now, 100)
   return {0, -3, table.concat(P.need, ' ')}
 end
@@ -98,6 +113,22 @@ if cap > 0 then
     return {0, -2, table.concat(P.need, ' ')}
   end
   n = math.min(n, room)
+end
+local rate_n, rate_ms = tonumber(st[2]), tonumber(st[3])
+local limited = false -- the limit, not the caller, set n
+if rate_n and rate_ms and rate_n > 0 and rate_ms > 0 then
+  redis.call('ZREMRANGEBYSCORE', rl, '-inf', now - rate_ms)
+  local left = rate_n - redis.call('ZCARD', rl)
+  if left <= 0 then
+    promote(P, now, 100)
+    local oldest = redis.call('ZRANGE', rl, 0, 0, 'WITHSCORES')
+    return {0, -5 - math.max(1, tonumber(oldest[2]) + rate_ms - now), table.concat(P.need, ' ')}
+  end
+  if left <= n then
+    n, limited = left, true
+  end
+else
+  rate_ms = nil
 end
 promote(P, now, math.max(n, 100))
 local items, more = pop_ready(P, n)
@@ -177,9 +208,24 @@ end
 if #kv > 0 then
   redis.call('HSET', uk, unpack(kv))
   redis.call('HSET', rk, field, token .. '|' .. fence .. '|' .. table.concat(ids))
+  if rate_ms then
+    -- log the takes: kv holds field, envelope pairs; the log holds
+    -- now, field pairs
+    local log = {}
+    for i = 1, #kv, 2 do
+      log[#log + 1] = now
+      log[#log + 1] = kv[i]
+    end
+    redis.call('ZADD', rl, unpack(log))
+    redis.call('PEXPIRE', rl, rate_ms)
+  end
 end
 local hint = 0
-if not more and #P.need == 0 then
+if limited and k == n then
+  -- took what the limit allowed: the log is full
+  local oldest = redis.call('ZRANGE', rl, 0, 0, 'WITHSCORES')
+  hint = -5 - math.max(1, tonumber(oldest[2]) + rate_ms - now)
+elseif not more and #P.need == 0 then
   -- (with leases to end that this call could not, the caller comes back
   -- at once, declaring their connections)
   hint = next_event(P, now)

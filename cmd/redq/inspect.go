@@ -65,10 +65,10 @@ func queuesCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer)
 			fmt.Fprintf(stderr, "redq: no open queues in namespace %q\n", rf.namespace)
 		}
 		tw := newTable(stdout)
-		fmt.Fprintln(tw, "QUEUE\tREADY\tDELAYED\tUNACKED\tREJECTED\tKEYED\tPAUSED\tCONSUMERS\tCONNECTIONS\tPUBLISHED\tACKED\tREJECTS\tRETRIED")
+		fmt.Fprintln(tw, "QUEUE\tREADY\tDELAYED\tUNACKED\tREJECTED\tKEYED\tPAUSED\tRATE\tCONSUMERS\tCONNECTIONS\tPUBLISHED\tACKED\tREJECTS\tRETRIED")
 		for _, q := range queues {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Ready, q.Delayed, q.Unacked, q.Rejected,
-				q.KeyedPending, yesNo(q.Paused), q.Consumers, q.Connections, q.Published, q.Acked, q.Rejects, q.Retried)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Ready, q.Delayed, q.Unacked, q.Rejected,
+				q.KeyedPending, yesNo(q.Paused), rateText(q.RateLimit), q.Consumers, q.Connections, q.Published, q.Acked, q.Rejects, q.Retried)
 		}
 		return tw.Flush()
 	}
@@ -681,6 +681,14 @@ func at(t, now time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339Nano) + " (" + when(t, now) + ")"
+}
+
+// rateText is a queue's rate limit in a table: "100/1s", or "-" for none.
+func rateText(l redq.RateLimit) string {
+	if l.IsZero() {
+		return "-"
+	}
+	return l.String()
 }
 
 func yesNo(b bool) string {

@@ -386,3 +386,29 @@ func TestActCommands(t *testing.T) {
 		}
 	})
 }
+
+// redq queues shows a queue's rate limit, in the table and as JSON.
+func TestQueuesShowRateLimit(t *testing.T) {
+	forBackends(t, func(t *testing.T, tg target) {
+		conn := tg.open(t, "producer")
+		if _, err := conn.OpenQueue("sms", redq.WithRateLimit(100, time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.OpenQueue("mail"); err != nil {
+			t.Fatal(err)
+		}
+		qs := tg.queues(t)
+		if got := qs["sms"].RateLimit; got != (redq.RateLimit{N: 100, Per: time.Second}) {
+			t.Errorf("queues --json: sms limit %v, want 100/1s", got)
+		}
+		if got := qs["mail"].RateLimit; !got.IsZero() {
+			t.Errorf("queues --json: mail limit %v, want none", got)
+		}
+		text := mustRedq(t, tg.args("queues")...)
+		if !regexp.MustCompile(`(?m)^QUEUE\s.*\sPAUSED\s+RATE\s`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^sms\s.*\sno\s+100/1s\s`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^mail\s.*\sno\s+-\s`).MatchString(text) {
+			t.Errorf("queues:\n%s", text)
+		}
+	})
+}

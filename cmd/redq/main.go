@@ -115,7 +115,7 @@ var groups = []string{groupInspect, groupAct, groupRun, groupMaintenance}
 
 // commands are listed by "redq help" in this order, by group.
 var commands = []command{
-	{name: "queues", group: groupInspect, summary: "list the open queues with their counts, paused state and totals", flags: queuesCommand},
+	{name: "queues", group: groupInspect, summary: "list the open queues with their counts, paused state, rate limit and totals", flags: queuesCommand},
 	{name: "inspect", group: groupInspect, args: []string{"QUEUE"}, summary: "list a queue's deliveries in one state, a page at a time", argFlags: inspectCommand, details: inspectDetails},
 	{name: "delivery", group: groupInspect, args: []string{"QUEUE", "ID"}, summary: "show one delivery: payload, headers, attempts, times and reject reason", argFlags: deliveryCommand},
 	{name: "connections", group: groupInspect, summary: "list the connections with their state, heartbeat age and unacked deliveries", flags: connectionsCommand},
