@@ -233,7 +233,7 @@ func (f *fastPath) send(ctx context.Context, slot int, calls []*remembered) []*r
 // then, only when every kill succeeded, the calls in the guarded form.
 func (c *redisConnection) sendFenced(ctx context.Context, calls []*remembered) []*redis.Cmd {
 	conn := c.publisher.fast.client.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a pooled connection goes back; nothing to report
 	var err error
 	killed := map[fence]bool{}
 	for _, call := range calls {
