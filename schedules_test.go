@@ -217,3 +217,204 @@ func TestScheduleLoopsPublishEachTickOnce(t *testing.T) {
 		}
 	})
 }
+
+// collectTicks follows schedule id through n ticks on miniredis's clock:
+// nothing is published a millisecond before each tick, and one delivery
+// at it. It returns the ticks in UTC.
+func collectTicks(t *testing.T, clock *schedClock, s *redisSchedules, q Queue, id string, n int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; i < n; i++ {
+		next := mustScheduleInfo(t, s, id).Next
+		clock.now = next.Add(-time.Millisecond)
+		clock.b.mini.SetTime(clock.now)
+		if got := fireDue(t, s); got != 0 {
+			t.Fatalf("published %d a millisecond before %v", got, next)
+		}
+		clock.skip(time.Millisecond)
+		if got := fireDue(t, s); got != 1 {
+			t.Fatalf("published %d at %v, want 1", got, next)
+		}
+		ds := takeTicks(t, q)
+		if len(ds) != 1 || ds[0].tick != tickText(next) {
+			t.Fatalf("at %v: %+v", next, ds)
+		}
+		out = append(out, ds[0].tick)
+	}
+	return out
+}
+
+// Ticks across the DST changes of Europe/Berlin and America/New_York and
+// a leap day, on a clock the test sets: a wall-clock time skipped when
+// the clock goes forward has no tick that day (robfig/cron's rule), a
+// time repeated when it goes back ticks once, and a spec of every hour
+// ticks every real hour through both.
+func TestScheduleDSTAndLeapDay(t *testing.T) {
+	cases := []struct {
+		name, spec, zone, from string
+		want                   []string
+	}{
+		{"Berlin spring forward, daily at 02:30", "30 2 * * *", "Europe/Berlin", "2026-03-27T12:00:00Z",
+			[]string{"2026-03-28T01:30:00.000Z", "2026-03-30T00:30:00.000Z", "2026-03-31T00:30:00.000Z"}},
+		{"Berlin fall back, daily at 02:30", "30 2 * * *", "Europe/Berlin", "2026-10-23T12:00:00Z",
+			[]string{"2026-10-24T00:30:00.000Z", "2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"}},
+		{"Berlin fall back, hourly", "0 * * * *", "Europe/Berlin", "2026-10-24T23:30:00Z",
+			[]string{"2026-10-25T00:00:00.000Z", "2026-10-25T01:00:00.000Z", "2026-10-25T02:00:00.000Z"}},
+		{"Berlin spring forward, hourly", "0 0 * * * *", "Europe/Berlin", "2026-03-28T23:30:00Z",
+			[]string{"2026-03-29T00:00:00.000Z", "2026-03-29T01:00:00.000Z", "2026-03-29T02:00:00.000Z"}},
+		{"New York spring forward, daily at 02:30 (zone in the spec)", "CRON_TZ=America/New_York 30 2 * * *", "", "2026-03-06T12:00:00Z",
+			[]string{"2026-03-07T07:30:00.000Z", "2026-03-09T06:30:00.000Z"}},
+		{"New York fall back, daily at 01:30", "0 30 1 * * *", "America/New_York", "2026-10-31T00:00:00Z",
+			[]string{"2026-10-31T05:30:00.000Z", "2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"}},
+		{"New York fall back, every 30 minutes", "*/30 * * * *", "America/New_York", "2026-11-01T04:50:00Z",
+			[]string{"2026-11-01T05:00:00.000Z", "2026-11-01T05:30:00.000Z", "2026-11-01T06:00:00.000Z", "2026-11-01T06:30:00.000Z"}},
+		{"leap day", "0 0 29 2 *", "", "2026-01-01T00:00:00Z",
+			[]string{"2028-02-29T00:00:00.000Z", "2032-02-29T00:00:00.000Z"}},
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			t.Skip("needs a clock the test sets: miniredis only")
+		}
+		clock := newSchedClock(b)
+		c := openT(t, b, "sched", namespace())
+		s := openSchedules(t, c, "dst")
+		q := openQueue(t, c, "dst")
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				from, err := time.Parse(time.RFC3339, tc.from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				clock.now = from
+				b.mini.SetTime(from)
+				var opts []ScheduleOption
+				if tc.zone != "" {
+					opts = append(opts, ScheduleTimeZone(tc.zone))
+				}
+				id := fmt.Sprintf("case%d", i)
+				mustSchedule(t, s, id, tc.spec, "x", opts...)
+				got := collectTicks(t, clock, s, q, id, len(tc.want))
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+					t.Fatalf("ticks %v, want %v", got, tc.want)
+				}
+				if _, err := s.Remove(context.Background(), id); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	})
+}
+
+// Bad input is an *ArgumentError naming the field, and changes nothing in
+// Redis: not the schedule's definition, not its timer.
+func TestScheduleBadInput(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "sched", namespace())
+		s := openSchedules(t, c, "bad")
+		ctx := context.Background()
+		mustSchedule(t, s, "ok", "*/5 * * * *", "x", ScheduleTarget("elsewhere"))
+		defs := func() map[string]string {
+			m, err := b.client.HGetAll(ctx, s.defs).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		before, beforeDefs := snapshot(t, b, c), defs()
+		cases := []struct {
+			name, id, spec, field string
+			opts                  []ScheduleOption
+		}{
+			{"empty id", "", "* * * * *", "schedule id", nil},
+			{"long id", string(make([]byte, MaxKeyLength+1)), "* * * * *", "schedule id", nil},
+			{"empty spec", "ok", "", "schedule spec", nil},
+			{"spec of 3 fields", "ok", "* * *", "schedule spec", nil},
+			{"minute 61", "ok", "61 * * * *", "schedule spec", nil},
+			{"unknown descriptor", "ok", "@fortnightly", "schedule spec", nil},
+			{"every 0", "ok", "@every 0s", "schedule spec", nil},
+			{"every negative", "ok", "@every -5s", "schedule spec", nil},
+			{"every 500ms", "ok", "@every 500ms", "schedule spec", nil},
+			{"every 1.5s", "ok", "@every 1500ms", "schedule spec", nil},
+			{"every garbage", "ok", "@every soon", "schedule spec", nil},
+			{"bad zone in spec", "ok", "CRON_TZ=Mars/Olympus 0 * * * *", "schedule time zone", nil},
+			{"bad zone option", "ok", "0 * * * *", "schedule time zone", []ScheduleOption{ScheduleTimeZone("Mars/Olympus")}},
+			{"local zone", "ok", "0 * * * *", "schedule time zone", []ScheduleOption{ScheduleTimeZone("Local")}},
+			{"two zones", "ok", "TZ=UTC 0 * * * *", "schedule time zone", []ScheduleOption{ScheduleTimeZone("Europe/Berlin")}},
+			{"never", "ok", "0 0 30 2 *", "schedule spec", nil},
+			{"bad target", "ok", "0 * * * *", "schedule target", []ScheduleOption{ScheduleTarget("a b")}},
+			{"negative jitter", "ok", "0 * * * *", "schedule jitter", []ScheduleOption{ScheduleJitter(-time.Second)}},
+			{"catch up 0", "ok", "0 * * * *", "schedule catch-up", []ScheduleOption{ScheduleCatchUp(CatchUpAll(0))}},
+			{"catch up too many", "ok", "0 * * * *", "schedule catch-up", []ScheduleOption{ScheduleCatchUp(CatchUpAll(MaxCatchUp + 1))}},
+			{"no grace", "ok", "0 * * * *", "schedule catch-up", []ScheduleOption{ScheduleCatchUp(CatchUpNone(0))}},
+			{"zero policy", "ok", "0 * * * *", "schedule catch-up", []ScheduleOption{ScheduleCatchUp(CatchUp{})}},
+			{"bad overlap", "ok", "0 * * * *", "schedule overlap", []ScheduleOption{ScheduleOverlap(Overlap(7))}},
+			{"nil option", "ok", "0 * * * *", "schedule option", []ScheduleOption{nil}},
+		}
+		for _, tc := range cases {
+			err := s.Upsert(ctx, tc.id, tc.spec, []byte("new"), tc.opts...)
+			wantArgError(t, tc.name, err)
+			var ae *ArgumentError
+			errors.As(err, &ae)
+			if ae.Arg != tc.field {
+				t.Fatalf("%s: the error names %q, want %q (%v)", tc.name, ae.Arg, tc.field, err)
+			}
+		}
+		for _, id := range []string{"", string(make([]byte, MaxKeyLength+1))} {
+			_, err := s.Remove(ctx, id)
+			wantArgError(t, "remove", err)
+			wantArgError(t, "pause", s.Pause(ctx, id))
+			wantArgError(t, "resume", s.Resume(ctx, id))
+			_, err = s.Lookup(ctx, id)
+			wantArgError(t, "lookup", err)
+		}
+		_, _, err := s.List(ctx, 0, -1)
+		wantArgError(t, "list", err)
+		if _, err := c.OpenSchedules("a:b"); err == nil {
+			t.Fatal("OpenSchedules took a name with a colon")
+		} else {
+			wantArgError(t, "open", err)
+		}
+		sameSnapshot(t, "bad input", before, snapshot(t, b, c))
+		if after := defs(); fmt.Sprint(after) != fmt.Sprint(beforeDefs) {
+			t.Fatalf("bad input changed the definitions: %v -> %v", beforeDefs, after)
+		}
+		if err := s.Pause(ctx, "missing"); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("pause of a missing schedule: %v", err)
+		}
+		if err := s.Resume(ctx, "missing"); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("resume of a missing schedule: %v", err)
+		}
+		if _, err := s.Lookup(ctx, "missing"); !errors.Is(err, ErrorNotFound) {
+			t.Fatalf("lookup of a missing schedule: %v", err)
+		}
+	})
+}
+
+// The tick arithmetic without Redis: the parser's Next in the schedule's
+// zone, with a repeated wall-clock time kept once.
+func TestScheduleTicksAcrossDST(t *testing.T) {
+	ts, err := parseSpec("30 2 * * *", "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 10, 24, 12, 0, 0, 0, time.UTC)
+	var got []string
+	for i, tk := 0, from; i < 3; i++ {
+		tk = ts.next(tk)
+		got = append(got, tickText(tk))
+	}
+	want := []string{"2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z", "2026-10-27T01:30:00.000Z"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ticks %v, want %v", got, want)
+	}
+	// an @every spec's due ticks are counted, not walked
+	ev, err := parseSpec("@every 10s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	ticks, total, next := ev.due(d, d.Add(24*time.Hour+5*time.Second), 2)
+	if total != 8641 || len(ticks) != 2 || !ticks[1].Equal(d.Add(24*time.Hour)) || !next.Equal(d.Add(24*time.Hour+10*time.Second)) {
+		t.Fatalf("due: %v %d %v", ticks, total, next)
+	}
+}
