@@ -437,6 +437,9 @@ type redisSchedules struct {
 	name string
 	q    *redisQueue // the set's keyed queue: one timer per schedule
 	defs string      // the defs hash
+	// afterRead, when set (by tests), runs after a loop read the
+	// definitions of the fires it took and before it handles them.
+	afterRead func()
 }
 
 func (c *redisConnection) OpenSchedules(name string) (Schedules, error) {
@@ -712,6 +715,9 @@ func (s *redisSchedules) handle(ctx context.Context, ds Deliveries) (int, error)
 	now, err := s.redisNow(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if s.afterRead != nil {
+		s.afterRead()
 	}
 	var fields []string
 	published := 0
