@@ -362,7 +362,7 @@ func TestScheduleJitter(t *testing.T) {
 		q := openQueue(t, c, "jitter")
 		mustSchedule(t, s, "j", "0 * * * *", "x", ScheduleJitter(10*time.Minute))
 		tick := mustScheduleInfo(t, s, "j").Next
-		j := time.Duration(jitterOf("j", tick.UnixMilli(), (10 * time.Minute).Milliseconds())) * time.Millisecond
+		j := time.Duration(jitterOf("j", tick.UnixMilli(), (10*time.Minute).Milliseconds())) * time.Millisecond
 		if j == 0 {
 			t.Fatal("a jitter of 0 out of 10 minutes: pick another id")
 		}
