@@ -156,6 +156,7 @@ func TestSchedulePauseResumeRemove(t *testing.T) {
 		if err := s.Pause(ctx, "p"); err != nil {
 			t.Fatalf("second pause: %v", err)
 		}
+		mustSchedule(t, s, "p", "@every 1s", "p") // an upsert keeps it paused
 		if ok, err := s.Remove(ctx, "r"); !ok || err != nil {
 			t.Fatalf("remove: %v %v", ok, err)
 		}
@@ -376,6 +377,72 @@ func TestScheduleJitter(t *testing.T) {
 		got := takeTicks(t, q)
 		if len(got) != 1 || got[0].tick != tickText(tick) {
 			t.Fatalf("published %+v, want the tick %v at %v", got, tick, tick.Add(j))
+		}
+	})
+}
+
+// A loop that dies between a tick's script and the move to the target:
+// the staged delivery reaches the target once, by the next Clean or by a
+// loop that starts; a move sent again lands nothing.
+func TestScheduleStagedTickIsFinished(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, by := range []string{"cleaner", "loop"} {
+			t.Run(by, func(t *testing.T) {
+				clock := newSchedClock(b)
+				ns := namespace()
+				dead := openT(t, b, "dead", ns)
+				s := openSchedules(t, dead, "staged")
+				ctx := context.Background()
+				mustSchedule(t, s, "x", "@every 1s", "x")
+				clock.pass(1100 * time.Millisecond)
+				ds, err := s.q.TakeBatch(ctx, 10, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vals, err := b.client.HMGet(ctx, s.defs, "x").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, _ := parseScheduleRec(vals[0].(string))
+				now, err := s.redisNow(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, fields, n, err := s.fire(ctx, "x", r, now)
+				if out != 1 || n != 1 || err != nil {
+					t.Fatalf("fire: %d %d %v", out, n, err)
+				}
+				_ = ds // the loop dies holding its fire, its tick staged
+
+				other := openT(t, b, "other", ns)
+				q := openQueue(t, other, "staged")
+				if got := takeTicks(t, q); len(got) != 0 {
+					t.Fatalf("delivered before the move: %v", got)
+				}
+				if by == "cleaner" {
+					if _, err := NewCleaner(other).Clean(); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					s2 := openSchedules(t, other, "staged")
+					rctx, cancel := context.WithCancel(ctx)
+					done := make(chan error, 1)
+					go func() { done <- s2.Run(rctx) }()
+					eventually(t, "the outbox to empty", func() bool { return b.client.HLen(ctx, s.q.keys.outbox).Val() == 0 })
+					cancel()
+					<-done
+				}
+				got := takeTicks(t, q)
+				if len(got) != 1 || got[0].tick != tickText(r.info("x").Next) {
+					t.Fatalf("after the %s: %+v, want the staged tick once", by, got)
+				}
+				if applied, err := s.q.finishMoves(ctx, fields); applied != 0 || err != nil {
+					t.Fatalf("the move sent again applied %d (%v)", applied, err)
+				}
+				if got := takeTicks(t, q); len(got) != 0 {
+					t.Fatalf("the move sent again delivered %v", got)
+				}
+			})
 		}
 	})
 }

@@ -150,72 +150,94 @@ func TestScheduleFiresEachTickOnceAtItsTime(t *testing.T) {
 	})
 }
 
-// Several loops of several connections publish each tick exactly once.
+// Several loops of several connections publish each tick exactly once,
+// on one node and on a Redis Cluster, where the targets are in other
+// slots than the set (and a fifth of the schedules check for overlap
+// there).
 func TestScheduleLoopsPublishEachTickOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		if b.mini != nil {
 			t.Skip("runs on the wall clock: real Redis only")
 		}
-		ns := namespace()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var wg sync.WaitGroup
-		var sets []*redisSchedules
-		for i := 0; i < 3; i++ {
-			c := openT(t, b, fmt.Sprintf("loop%d", i), ns)
-			s := openSchedules(t, c, "many")
-			sets = append(sets, s)
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = s.Run(ctx) }()
-		}
-		const n = 50
-		for i := 0; i < n; i++ {
-			mustSchedule(t, sets[0], fmt.Sprintf("s%d", i), "@every 1s", "x")
-		}
-		c := openT(t, b, "reader", ns)
-		q := openQueue(t, c, "many")
-		count := map[string]int{}
-		var got []tickDelivery
-		deadline := time.Now().Add(3500 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			got = append(got, takeTicks(t, q)...)
-			time.Sleep(20 * time.Millisecond)
-		}
-		for i := 0; i < n; i++ {
-			if _, err := sets[0].Remove(context.Background(), fmt.Sprintf("s%d", i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cancel()
-		wg.Wait()
-		got = append(got, takeTicks(t, q)...)
-		perSchedule := map[string][]string{}
-		for _, d := range got {
-			count[d.id+" "+d.tick]++
-			perSchedule[d.id] = append(perSchedule[d.id], d.tick)
-		}
-		for k, v := range count {
-			if v != 1 {
-				t.Fatalf("tick %s published %d times", k, v)
-			}
-		}
-		for id, ticks := range perSchedule {
-			sort.Strings(ticks)
-			for i := 1; i < len(ticks); i++ {
-				a, _ := time.Parse(time.RFC3339, ticks[i-1])
-				z, _ := time.Parse(time.RFC3339, ticks[i])
-				if z.Sub(a) != time.Second {
-					t.Fatalf("%s: ticks %s then %s: one lost", id, ticks[i-1], ticks[i])
-				}
-			}
-			if len(ticks) < 2 {
-				t.Fatalf("%s: %d ticks in 3.5s", id, len(ticks))
-			}
-		}
-		if len(perSchedule) != n {
-			t.Fatalf("%d schedules published, want %d", len(perSchedule), n)
-		}
+		scheduleLoopsScenario(t, b)
 	})
+	onCluster(t, scheduleLoopsScenario)
+}
+
+func scheduleLoopsScenario(t *testing.T, b backend) {
+	ns := namespace()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var sets []*redisSchedules
+	for i := 0; i < 3; i++ {
+		c := openT(t, b, fmt.Sprintf("loop%d", i), ns)
+		s := openSchedules(t, c, "many")
+		sets = append(sets, s)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Run(ctx) }()
+	}
+	const n, targets = 50, 5
+	for i := 0; i < n; i++ {
+		opts := []ScheduleOption{ScheduleTarget(fmt.Sprintf("many%d", i%targets))}
+		if i%5 == 0 {
+			opts = append(opts, ScheduleOverlap(OverlapSkip))
+		}
+		mustSchedule(t, sets[0], fmt.Sprintf("s%d", i), "@every 1s", "x", opts...)
+	}
+	c := openT(t, b, "reader", ns)
+	var qs []Queue
+	for i := 0; i < targets; i++ {
+		qs = append(qs, openQueue(t, c, fmt.Sprintf("many%d", i)))
+	}
+	take := func() (out []tickDelivery) {
+		for _, q := range qs {
+			out = append(out, takeTicks(t, q)...)
+		}
+		return out
+	}
+	var got []tickDelivery
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		got = append(got, take()...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := 0; i < n; i++ {
+		if err := sets[0].Pause(context.Background(), fmt.Sprintf("s%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	wg.Wait()
+	got = append(got, take()...)
+	count := map[string]int{}
+	perSchedule := map[string][]string{}
+	for _, d := range got {
+		count[d.id+" "+d.tick]++
+		perSchedule[d.id] = append(perSchedule[d.id], d.tick)
+	}
+	for k, v := range count {
+		if v != 1 {
+			t.Fatalf("tick %s published %d times", k, v)
+		}
+	}
+	for id, ticks := range perSchedule {
+		sort.Strings(ticks)
+		for i := 1; i < len(ticks); i++ {
+			a, _ := time.Parse(time.RFC3339, ticks[i-1])
+			z, _ := time.Parse(time.RFC3339, ticks[i])
+			if z.Sub(a) != time.Second {
+				t.Fatalf("%s: ticks %s then %s: one lost", id, ticks[i-1], ticks[i])
+			}
+		}
+		in := mustScheduleInfo(t, sets[0], id)
+		if int64(len(ticks)) != in.Fired || in.Skipped != 0 || len(ticks) < 2 {
+			t.Fatalf("%s: %d ticks delivered in 3.5s; the schedule counts %d published, %d skipped", id, len(ticks), in.Fired, in.Skipped)
+		}
+	}
+	if len(perSchedule) != n {
+		t.Fatalf("%d schedules published, want %d", len(perSchedule), n)
+	}
 }
 
 // collectTicks follows schedule id through n ticks on miniredis's clock:
