@@ -697,8 +697,8 @@ func (s *redisSchedules) step(ctx context.Context, timeout time.Duration) (int, 
 }
 
 // handle handles the fires ds: for each, the schedule's due ticks are
-// staged and its next tick set in one step, then the staged deliveries
-// are moved to their targets.
+// staged and its next tick set in one step (the steps of a batch go in
+// one pipeline), then the staged deliveries are moved to their targets.
 func (s *redisSchedules) handle(ctx context.Context, ds Deliveries) (int, error) {
 	ids := make([]string, 0, len(ds))
 	seen := map[string]bool{}
@@ -719,37 +719,78 @@ func (s *redisSchedules) handle(ctx context.Context, ds Deliveries) (int, error)
 	if s.afterRead != nil {
 		s.afterRead()
 	}
-	var fields []string
-	published := 0
+	var calls []*fireCall
 	for i, id := range ids {
 		str, ok := vals[i].(string)
-		for try := 0; ok && try < 5; try++ {
-			r, good := parseScheduleRec(str)
-			if !good {
-				break
+		if !ok {
+			continue // removed: its fire is dropped
+		}
+		r, ok := parseScheduleRec(str)
+		if !ok {
+			continue
+		}
+		fc, err := s.prepare(ctx, id, r, now)
+		if err != nil {
+			return 0, err
+		}
+		if fc != nil {
+			calls = append(calls, fc)
+		}
+	}
+	// a call that failed stages nothing (0); the first error is returned
+	// once what the others staged is on its way
+	outs := make([]int64, len(calls))
+	var failed error
+	if s.q.conn.opts.waitReplicas == 0 && len(calls) > 1 {
+		scs := make([]scriptCall, len(calls))
+		for i, fc := range calls {
+			scs[i] = scriptCall{scripts.scheduleFire, s.keys(), fc.args}
+		}
+		for i, cmd := range evalBatch(ctx, s.q.conn.client, scs) {
+			n, err := cmd.Int64()
+			if err != nil && failed == nil {
+				failed = errorf("redq: fire schedule %q of %q: %w", calls[i].id, s.name, err)
 			}
-			out, staged, n, err := s.fire(ctx, id, r, now)
-			if err != nil {
-				return published, err
+			outs[i] = n
+		}
+	} else {
+		for i, fc := range calls {
+			n, err := s.run(ctx, "fire", fc.id, scripts.scheduleFire, fc.args[1:]...)
+			if err != nil && failed == nil {
+				failed = err
 			}
-			if out != -1 {
-				if out == 1 {
-					fields = append(fields, staged...)
-					published += n
-				}
-				break
-			}
-			// changed meanwhile: read it again
-			str, err = s.q.conn.client.HGet(ctx, s.defs, id).Result()
+			outs[i] = n
+		}
+	}
+	var fields []string
+	published := 0
+	for i, fc := range calls {
+		out := outs[i]
+		for try := 0; out == -1 && failed == nil && try < 5; try++ {
+			// changed since it was read: read it again
+			str, err := s.q.conn.client.HGet(ctx, s.defs, fc.id).Result()
 			if errors.Is(err, redis.Nil) {
+				out = 0
 				break
 			}
 			if err != nil {
 				return published, errorf("redq: schedules %q: read definitions: %w", s.name, err)
 			}
+			r, ok := parseScheduleRec(str)
+			if !ok {
+				return published, errorf("redq: schedules %q: the record of %q: %w", s.name, fc.id, errBadReply)
+			}
 			if now, err = s.redisNow(ctx); err != nil {
 				return published, err
 			}
+			out, fc.fields, fc.n, err = s.fire(ctx, fc.id, r, now)
+			if err != nil {
+				failed, out = err, 0
+			}
+		}
+		if out == 1 {
+			fields = append(fields, fc.fields...)
+			published += fc.n
 		}
 	}
 	if len(fields) > 0 {
@@ -758,28 +799,47 @@ func (s *redisSchedules) handle(ctx context.Context, ds Deliveries) (int, error)
 			s.q.conn.report(&DeliveryError{RedisErr: errorf("redq: schedules %q: move ticks to their queues (a cleaner will): %w", s.name, err), Count: 1})
 		}
 	}
-	return published, nil
+	return published, failed
+}
+
+// fireCall is the call of schedule_fire.lua that handles a schedule's
+// due ticks: its arguments, and the outbox fields it stages for n ticks.
+type fireCall struct {
+	id     string
+	args   []any
+	fields []string
+	n      int
 }
 
 // fire handles the due ticks of schedule id, whose record is r, at now:
 // it returns schedule_fire.lua's answer, the outbox fields it staged and
 // how many ticks they are.
 func (s *redisSchedules) fire(ctx context.Context, id string, r scheduleRec, now time.Time) (int64, []string, int, error) {
+	fc, err := s.prepare(ctx, id, r, now)
+	if err != nil || fc == nil {
+		return 0, nil, 0, err
+	}
+	out, err := s.run(ctx, "fire", id, scripts.scheduleFire, fc.args[1:]...)
+	return out, fc.fields, fc.n, err
+}
+
+// prepare works out which of schedule id's ticks are due at now and to be
+// published (r is its record), and the call that does it; nil when the
+// schedule is paused.
+func (s *redisSchedules) prepare(ctx context.Context, id string, r scheduleRec, now time.Time) (*fireCall, error) {
 	if r.paused {
-		return 0, nil, 0, nil
+		return nil, nil
 	}
 	ts, err := parseSpec(r.def.Spec, r.def.Zone)
 	if err != nil {
-		return 0, nil, 0, errorf("redq: schedules %q: the spec of %q: %w", s.name, id, err)
+		return nil, errorf("redq: schedules %q: the spec of %q: %w", s.name, id, err)
 	}
 	d := time.UnixMilli(r.next)
-	nowMs := now.UnixMilli()
-	if nowMs < r.next+jitterOf(id, r.next, r.def.JitterMs) {
+	if now.UnixMilli() < r.next+jitterOf(id, r.next, r.def.JitterMs) {
 		// early (the schedule changed since its timer was set): set its
 		// timer again
-		out, err := s.run(ctx, "fire", id, scripts.scheduleFire, r.ver, r.next, r.next,
-			r.next+jitterOf(id, r.next, r.def.JitterMs), s.timerEnv(id), 0, 0, 0, r.def.Target)
-		return out, nil, 0, err
+		return &fireCall{id: id, args: []any{id, r.ver, r.next, r.next,
+			r.next + jitterOf(id, r.next, r.def.JitterMs), s.timerEnv(id), 0, 0, 0, r.def.Target}}, nil
 	}
 	keep := 1
 	if r.def.CatchUp == "all" {
@@ -800,7 +860,7 @@ func (s *redisSchedules) fire(ctx context.Context, id string, r scheduleRec, now
 		ticks = ticks[len(ticks)-1:]
 		busy, err := s.busy(ctx, r.def.Target, id)
 		if err != nil {
-			return 0, nil, 0, err
+			return nil, err
 		}
 		if busy {
 			ticks = nil
@@ -811,11 +871,11 @@ func (s *redisSchedules) fire(ctx context.Context, id string, r scheduleRec, now
 		next = now.Add(MaxDelay)
 	}
 	nms := next.UnixMilli()
-	args := []any{r.ver, r.next, nms, nms + jitterOf(id, nms, r.def.JitterMs), s.timerEnv(id), 0, len(ticks), total - int64(len(ticks)), r.def.Target}
+	fc := &fireCall{id: id, n: len(ticks)}
+	fc.args = []any{id, r.ver, r.next, nms, nms + jitterOf(id, nms, r.def.JitterMs), s.timerEnv(id), 0, len(ticks), total - int64(len(ticks)), r.def.Target}
 	if len(ticks) > 0 {
-		args[5] = ticks[len(ticks)-1].UnixMilli()
+		fc.args[6] = ticks[len(ticks)-1].UnixMilli()
 	}
-	var fields []string
 	for _, t := range ticks {
 		h := http.Header{}
 		for k, v := range r.def.Header {
@@ -829,14 +889,13 @@ func (s *redisSchedules) fire(ctx context.Context, id string, r scheduleRec, now
 		}
 		env, err := encodeWithID(string(s.q.conn.ids.next(make([]byte, 0, idLen), time.Now())), m, r.def.Payload)
 		if err != nil {
-			return 0, nil, 0, errorf("redq: schedules %q: the delivery of %q: %w", s.name, id, err)
+			return nil, errorf("redq: schedules %q: the delivery of %q: %w", s.name, id, err)
 		}
 		f := "schedule|" + strconv.FormatInt(t.UnixMilli(), 10) + "|" + id
-		fields = append(fields, f)
-		args = append(args, f, env)
+		fc.fields = append(fc.fields, f)
+		fc.args = append(fc.args, f, env)
 	}
-	out, err := s.run(ctx, "fire", id, scripts.scheduleFire, args...)
-	return out, fields, len(ticks), err
+	return fc, nil
 }
 
 // busy reports whether the target queue still holds the schedule's
