@@ -110,7 +110,8 @@ func TestScheduleOverlap(t *testing.T) {
 			t.Fatalf("first tick: %d and %d ready, want 1 and 1", ready(skipq), ready(allowq))
 		}
 		tick() // the first deliveries are still pending
-		if ready(skipq) != 1 || ready(allowq) != 2 {
+		// (on a loaded host another tick may come due while fireDue runs)
+		if ready(skipq) != 1 || ready(allowq) < 2 || (b.mini != nil && ready(allowq) != 2) {
 			t.Fatalf("second tick: %d and %d ready, want 1 (skipped) and 2", ready(skipq), ready(allowq))
 		}
 		if in := mustScheduleInfo(t, s, "sk"); in.Skipped < 1 || in.Fired != 1 {
@@ -201,7 +202,8 @@ func TestSchedulePauseResumeRemove(t *testing.T) {
 		got := takeTicks(t, q)
 		// on real Redis the first tick after now may have come within
 		// 100ms, and the next one is then due too (CatchUpLatest)
-		if len(got) != 1 || (got[0].tick != tickText(in.Next) && (b.mini != nil || got[0].tick != tickText(in.Next.Add(time.Second)))) {
+		if len(got) == 0 || (b.mini != nil && len(got) != 1) ||
+			(got[0].tick != tickText(in.Next) && (b.mini != nil || got[0].tick != tickText(in.Next.Add(time.Second)))) {
 			t.Fatalf("after resume: %+v, want one tick at %v (the ticks missed while paused are not published)", got, in.Next)
 		}
 		if err := s.Resume(ctx, "p"); err != nil {
@@ -340,7 +342,8 @@ func TestScheduleSpecChangeAtTheTick(t *testing.T) {
 		clock.pass(1100 * time.Millisecond)
 		fireDue(t, s)
 		got = takeTicks(t, q)
-		if len(got) != 1 || got[0].payload != "v2" {
+		// on a loaded host the next tick may come due while fireDue runs
+		if len(got) == 0 || got[0].payload != "v2" || (b.mini != nil && len(got) != 1) {
 			t.Fatalf("early: %+v, want one tick of v2", got)
 		}
 		// on real Redis a second tick of the new spec may be due by now

@@ -99,7 +99,8 @@ func TestScheduleFiresEachTickOnceAtItsTime(t *testing.T) {
 		if b.mini != nil {
 			clock.skip(time.Duration(1000-clock.now.UnixMilli()%1000) * time.Millisecond) // a whole second
 		}
-		mustSchedule(t, s, "ping", "@every 2s", "hello")
+		// every tick is published, however late a loaded host makes the loop
+		mustSchedule(t, s, "ping", "@every 2s", "hello", ScheduleCatchUp(CatchUpAll(10)))
 		in := mustScheduleInfo(t, s, "ping")
 		if in.Spec != "@every 2s" || in.Target != "jobs" || string(in.Payload) != "hello" || in.Paused || !in.LastFire.IsZero() {
 			t.Fatalf("lookup: %+v", in)
@@ -179,7 +180,7 @@ func scheduleLoopsScenario(t *testing.T, b backend) {
 	}
 	const n, targets = 50, 5
 	for i := 0; i < n; i++ {
-		opts := []ScheduleOption{ScheduleTarget(fmt.Sprintf("many%d", i%targets))}
+		opts := []ScheduleOption{ScheduleTarget(fmt.Sprintf("many%d", i%targets)), ScheduleCatchUp(CatchUpAll(10))}
 		if i%5 == 0 {
 			opts = append(opts, ScheduleOverlap(OverlapSkip))
 		}
@@ -222,17 +223,20 @@ func scheduleLoopsScenario(t *testing.T, b backend) {
 		}
 	}
 	for id, ticks := range perSchedule {
+		// every tick between the first and the last is delivered, or
+		// counted as skipped (an OverlapSkip schedule whose fire came late
+		// on a loaded host publishes only the latest tick)
 		sort.Strings(ticks)
+		var missing int64
 		for i := 1; i < len(ticks); i++ {
 			a, _ := time.Parse(time.RFC3339, ticks[i-1])
 			z, _ := time.Parse(time.RFC3339, ticks[i])
-			if z.Sub(a) != time.Second {
-				t.Fatalf("%s: ticks %s then %s: one lost", id, ticks[i-1], ticks[i])
-			}
+			missing += int64(z.Sub(a)/time.Second) - 1
 		}
 		in := mustScheduleInfo(t, sets[0], id)
-		if int64(len(ticks)) != in.Fired || in.Skipped != 0 || len(ticks) < 2 {
-			t.Fatalf("%s: %d ticks delivered in 3.5s; the schedule counts %d published, %d skipped", id, len(ticks), in.Fired, in.Skipped)
+		if int64(len(ticks)) != in.Fired || in.Skipped != missing || len(ticks) < 2 {
+			t.Fatalf("%s: %d ticks delivered in 3.5s, %d missing between them; the schedule counts %d published, %d skipped",
+				id, len(ticks), missing, in.Fired, in.Skipped)
 		}
 	}
 	if len(perSchedule) != n {
