@@ -37,7 +37,8 @@ func ExampleConnection_OpenSchedules() {
 		if err != nil {
 			return err
 		}
-		go schedules.Run(ctx) // in any number of processes: each tick is published once
+		// the loop, in any number of processes: each tick is published once
+		go func() { _ = schedules.Run(ctx) }() // until ctx ends or conn stops
 		// readme:end
 		info, err := schedules.Lookup(ctx, "nightly-sales")
 		if err != nil {

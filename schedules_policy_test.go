@@ -433,7 +433,9 @@ func TestScheduleStagedTickIsFinished(t *testing.T) {
 					go func() { done <- s2.Run(rctx) }()
 					eventually(t, "the outbox to empty", func() bool { return b.client.HLen(ctx, s.q.keys.outbox).Val() == 0 })
 					cancel()
-					<-done
+					if err := <-done; !errors.Is(err, context.Canceled) {
+						t.Fatalf("Run returned %v", err)
+					}
 				}
 				got := takeTicks(t, q)
 				if len(got) != 1 || got[0].tick != tickText(r.info("x").Next) {
