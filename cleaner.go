@@ -164,13 +164,16 @@ func (q *redisQueue) clean(ctx context.Context, consumers *redis.StringSliceCmd,
 	return total + n, err
 }
 
-// label names q in a CleanError: its name, or "timers <name>" for a timer
-// set.
+// label names q in a CleanError: its name, "timers <name>" for a timer
+// set or "schedules <name>" for a schedule set.
 func (q *redisQueue) label() string {
-	if q.keys.prefix != newQueueKeys(q.conn.opts.namespace, q.name).prefix {
-		return "timers " + q.name
+	switch q.keys.prefix {
+	case newQueueKeys(q.conn.opts.namespace, q.name).prefix:
+		return q.name
+	case newQueueKeys(q.conn.opts.namespace, scheduleTag+q.name).prefix:
+		return "schedules " + q.name
 	}
-	return q.name
+	return "timers " + q.name
 }
 
 // CleanError is the error of a Clean that could not clean everything: on a
@@ -185,7 +188,8 @@ type CleanError struct {
 	// was cleaned.
 	Global error
 	// Queues maps each queue that could not be cleaned to why: a queue's
-	// name, "timers <name>" for a timer set, "round <name>" for a round.
+	// name, "timers <name>" for a timer set, "schedules <name>" for a
+	// schedule set, "round <name>" for a round.
 	Queues map[string]error
 	// Nodes maps the same names to the address of the cluster node that
 	// serves them, where the client could tell (a cluster client).
@@ -256,12 +260,13 @@ func cleanCause(err error) error {
 	return err
 }
 
-// cleanTargets lists the queues and timer sets of the namespace, as
-// queue handles on their storage.
+// cleanTargets lists the queues, timer sets and schedule sets of the
+// namespace, as queue handles on their storage.
 func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, error) {
 	pipe := c.client.Pipeline()
 	queues := pipe.SMembers(ctx, c.keys.queues)
 	timers := pipe.SMembers(ctx, c.keys.timers)
+	schedules := pipe.SMembers(ctx, c.keys.schedules)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, errorf("redq: clean: list queues: %w", err)
 	}
@@ -272,6 +277,11 @@ func (c *redisConnection) cleanTargets(ctx context.Context) ([]*redisQueue, erro
 	for _, name := range timers.Val() {
 		q := newQueue(c, name, queueOptions{})
 		q.setKeys(newQueueKeys(c.opts.namespace, timerTag+name))
+		out = append(out, q)
+	}
+	for _, name := range schedules.Val() {
+		q := newQueue(c, name, queueOptions{})
+		q.setKeys(newQueueKeys(c.opts.namespace, scheduleTag+name))
 		out = append(out, q)
 	}
 	return out, nil

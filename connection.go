@@ -62,6 +62,13 @@ type Connection interface {
 	//
 	//	reminders, err := conn.OpenTimers("invoice-reminders")
 	OpenTimers(name string) (Timers, error)
+	// OpenSchedules returns the named set of cron schedules (see
+	// Schedules) and lists it in Redis. Names follow the rules of queue
+	// names; a schedule set, a timer set and a queue of the same name are
+	// separate. It fails as OpenQueue does. For example:
+	//
+	//	nightly, err := conn.OpenSchedules("reports")
+	OpenSchedules(name string) (Schedules, error)
 	// StopAllConsuming stops consuming on every queue of this connection,
 	// waits for consumers to finish their current delivery, stops the
 	// heartbeat and deletes it, so a cleaner may return what the connection

@@ -58,8 +58,9 @@
 //     queue in any window, across every process, by Redis's clock.
 //   - Keyed deliveries (debounce, throttle, dedupe): [Queue.Upsert],
 //     [Queue.Lookup], [Queue.RunNow], [Queue.Cancel].
-//   - Timers: [Connection.OpenTimers]. Round queues (hand each item out
-//     again every period): [Connection.OpenRound].
+//   - Timers: [Connection.OpenTimers]. Cron schedules, each tick published
+//     once across processes: [Connection.OpenSchedules]. Round queues (hand
+//     each item out again every period): [Connection.OpenRound].
 //   - Stats and a stats page: [Connection.CollectStats], [NewHandler].
 //   - Operating: [Queue.Pause] and [Queue.Resume]; an [Inspector] that
 //     lists deliveries by state (dead letters with their reject reason),

@@ -12,6 +12,7 @@ import (
 //	{ns}:connections          set of connection names
 //	{ns}:queues               set of queue names
 //	{ns}:timers               set of timer set names (see OpenTimers)
+//	{ns}:schedules            set of schedule set names (see OpenSchedules)
 //	{ns}:hb:<connection>      heartbeat: the TTL in ms, expiring after it
 //	{ns}:stopped:<connection> set by StopAllConsuming until a cleaner unlists
 //	                          the connection (at most a day)
@@ -87,7 +88,9 @@ import (
 //	                               staged moves this queue applied, so that
 //	                               one applied again lands once (kept a day)
 //
-// A timer set keeps the same keys under ns:{timers:name}.
+// A timer set keeps the same keys under ns:{timers:name}, and a schedule
+// set under ns:{schedules:name}, with one more key: ns:{schedules:name}:defs,
+// the hash of its schedules' definitions (see scripts/schedule_lib.lua).
 //
 // Slot groups (co-location on Redis Cluster): a queue name of the form
 // {group}rest puts the queue in the slot of the hash tag {group}: its
@@ -161,12 +164,12 @@ func slotTag(name string) string {
 }
 
 type globalKeys struct {
-	ns, connections, queues, timers string
+	ns, connections, queues, timers, schedules string
 }
 
 func newGlobalKeys(ns string) globalKeys {
 	g := "{" + ns + "}"
-	return globalKeys{ns: ns, connections: g + ":connections", queues: g + ":queues", timers: g + ":timers"}
+	return globalKeys{ns: ns, connections: g + ":connections", queues: g + ":queues", timers: g + ":timers", schedules: g + ":schedules"}
 }
 
 func (g globalKeys) heartbeat(conn string) string { return "{" + g.ns + "}:hb:" + conn }

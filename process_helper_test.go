@@ -65,6 +65,8 @@ func runHelper(name string) int {
 		return procChildLeaseHold() // process_lease_test.go
 	case "stagepush":
 		return procChildStagePush() // cluster_moves_cluster_test.go
+	case "schedules":
+		return procChildSchedules() // schedules_process_test.go
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", name)
 	return 2

@@ -43,6 +43,8 @@ type scriptSet struct {
 	migrateRmq *redis.Script
 	// step 2 of a move between cluster slots (move.go)
 	moveApply *redis.Script
+	// schedules (schedules.go)
+	scheduleUpsert, scheduleFire, scheduleState *redis.Script
 }
 
 func readScript(name string) string {
@@ -155,6 +157,9 @@ func newScriptSet(prelude string) scriptSet {
 		return redis.NewScript(prelude + compact(withHelpers(readScript("lib"), readScript(name))))
 	}
 	roundScript := func(name string) *redis.Script { return redis.NewScript(prelude + roundScriptText(name)) }
+	scheduleScript := func(name string) *redis.Script {
+		return redis.NewScript(prelude + compact(withHelpers(readScript("lib")+"\n"+readScript("schedule_lib"), readScript(name))))
+	}
 	return scriptSet{
 		register:            mustScript("register"),
 		heartbeat:           mustScript("heartbeat"),
@@ -193,6 +198,9 @@ func newScriptSet(prelude string) scriptSet {
 		roundSweep:          roundScript("round_sweep"),
 		migrateRmq:          queueScript("migrate_rmq"),
 		moveApply:           queueScript("move_apply"),
+		scheduleUpsert:      scheduleScript("schedule_upsert"),
+		scheduleFire:        scheduleScript("schedule_fire"),
+		scheduleState:       scheduleScript("schedule_state"),
 	}
 }
 

@@ -405,7 +405,8 @@ type handlerStubConn struct {
 func (c *handlerStubConn) OpenQueue(string, ...QueueOption) (Queue, error) {
 	return nil, errors.New("stub")
 }
-func (c *handlerStubConn) OpenTimers(string) (Timers, error) { return nil, errors.New("stub") }
+func (c *handlerStubConn) OpenTimers(string) (Timers, error)       { return nil, errors.New("stub") }
+func (c *handlerStubConn) OpenSchedules(string) (Schedules, error) { return nil, errors.New("stub") }
 func (c *handlerStubConn) OpenRound(string, time.Duration, ...RoundOption) (Round, error) {
 	return nil, errors.New("stub")
 }

@@ -46,6 +46,18 @@ func (c TestConnection) OpenTimers(name string) (Timers, error) {
 	return t, nil
 }
 
+// OpenSchedules refuses with an error matching ErrorNotRedis: a schedule
+// set's guarantees (one delivery per tick across processes, by Redis's
+// clock) are Redis's, and a test double would only pretend them. Test the
+// code that consumes a schedule's deliveries with a TestQueue, and the
+// schedules themselves on miniredis (OpenConnectionWithTestRedisClient).
+func (c TestConnection) OpenSchedules(name string) (Schedules, error) {
+	if why := validName(name); why != "" {
+		return nil, argError("schedule set name", name, why)
+	}
+	return nil, errorf("redq: open schedules %q: %w", name, ErrorNotRedis)
+}
+
 // OpenQueue returns the TestQueue of that name, creating it. Options are
 // checked and otherwise ignored.
 func (c TestConnection) OpenQueue(name string, opts ...QueueOption) (Queue, error) {

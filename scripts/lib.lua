@@ -506,6 +506,23 @@ local function keyed()
     return K.UPDATED
   end
 
+  -- Remove the pending item of key, or its parked successor; never a
+  -- running delivery. Returns 1 when there was one, 0 when not.
+  function K.cancel(P, key)
+    local kp = P.kpend
+    local r = redis.call('HGET', kp, key)
+    if not r then
+      return redis.call('HDEL', P.kpark, key)
+    end
+    local s, e = K.parse_rec(r)
+    if redis.call('ZREM', P.delayed, K.stub(meta(e)[2], s[1], key)) == 0 then
+      -- its stub waits in a ready list: left there, stale
+      redis.call('HINCRBY', P.meta, 'kstale', 1)
+    end
+    redis.call('HDEL', kp, key)
+    return 1
+  end
+
   -- A keyed envelope that arrives from outside the key's records (returned
   -- from rejected, pushed from another queue) is upserted by its key,
   -- ReplaceAll and due now.
