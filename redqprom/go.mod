@@ -4,7 +4,10 @@ go 1.26.8
 
 require github.com/redq/redq v0.0.0
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+)
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
