@@ -1089,7 +1089,6 @@ func TestProcessKilledWhileAnotherConsumes(t *testing.T) {
 	}
 	t.Cleanup(func() { <-admin.StopAllConsuming() })
 	payloads := procPayloads("job", n)
-	procPublish(t, openQueue(t, admin, queue), payloads)
 
 	// A cleaner runs all along, also while both workers are alive: it must
 	// never touch a live connection's deliveries.
@@ -1140,6 +1139,10 @@ func TestProcessKilledWhileAnotherConsumes(t *testing.T) {
 	}
 	victim, victimConn, victimFile := start("victim")
 	survivor, survivorConn, survivorFile := start("survivor")
+	// Published once both consume: published before, the victim could
+	// drain all of it while the survivor's process was still starting (a
+	// loaded machine takes seconds to start a race-enabled binary).
+	procPublish(t, openQueue(t, admin, queue), payloads)
 
 	victim.await("PROGRESS", 30*time.Second, func(m procMsg) bool { return m.int("acked") >= 300 })
 	survivor.await("PROGRESS", 30*time.Second, nil)
