@@ -2,6 +2,7 @@ package redq
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -44,6 +45,13 @@ type Timers interface {
 	// *ArgumentError for a negative timeout. Any number of processes may
 	// wait; each fire goes to one. The fire is this connection's until it
 	// is acked or released.
+	//
+	// While fires back up, one call takes several due fires from Redis at
+	// once and keeps those it does not return for the next Next or
+	// NextBatch calls on this Timers (see firePrefetch): they are this
+	// connection's from then on, as a taken fire is, and go back to Redis
+	// for any process to take when no call asks for them within fireHold
+	// or consuming stops.
 	Next(ctx context.Context, timeout time.Duration) (Fire, error)
 	// NextBatch is Next for up to max fires: it returns as soon as at
 	// least one timer fired, with every fire that is due then (up to max),
@@ -104,7 +112,8 @@ type Fire interface {
 const timerTag = "timers:"
 
 type redisTimers struct {
-	q *redisQueue
+	q     *redisQueue
+	ahead firesAhead
 }
 
 func (c *redisConnection) OpenTimers(name string) (Timers, error) {
@@ -119,7 +128,7 @@ func (c *redisConnection) OpenTimers(name string) (Timers, error) {
 	if err := c.client.SAdd(context.Background(), c.keys.timers, name).Err(); err != nil {
 		return nil, errorf("redq: open timers %q: %w", name, err)
 	}
-	return &redisTimers{q: q}, nil
+	return &redisTimers{q: q, ahead: firesAhead{size: 1}}, nil
 }
 
 func (t *redisTimers) Set(ctx context.Context, key string, d time.Duration) error {
@@ -153,23 +162,199 @@ func (t *redisTimers) Lookup(ctx context.Context, key string) (time.Time, error)
 }
 
 func (t *redisTimers) Next(ctx context.Context, timeout time.Duration) (Fire, error) {
-	d, err := t.q.Take(ctx, timeout)
+	if timeout < 0 {
+		return nil, argError("timeout", timeout, "must not be negative")
+	}
+	if t.q.takeStopped() {
+		t.handBack(t.ahead.drain(0))
+		return nil, ErrorConsumingStopped
+	}
+	if d := t.ahead.pop(); d != nil {
+		return redisFire{d}, nil
+	}
+	ds, err := t.q.TakeBatch(ctx, t.ahead.want(), timeout)
 	if err != nil {
 		return nil, err
 	}
-	return redisFire{d.(*redisDelivery)}, nil
+	t.ahead.took(len(ds))
+	if len(ds) > 1 {
+		t.keep(ds[1:])
+	}
+	return redisFire{ds[0].(*redisDelivery)}, nil
 }
 
 func (t *redisTimers) NextBatch(ctx context.Context, max int64, timeout time.Duration) (Fires, error) {
-	ds, err := t.q.TakeBatch(ctx, max, timeout)
+	if max < 1 {
+		return nil, argError("max", max, "must be at least 1")
+	}
+	if timeout < 0 {
+		return nil, argError("timeout", timeout, "must not be negative")
+	}
+	if t.q.takeStopped() {
+		t.handBack(t.ahead.drain(0))
+		return nil, ErrorConsumingStopped
+	}
+	var fs Fires
+	for int64(len(fs)) < max {
+		d := t.ahead.pop()
+		if d == nil {
+			break
+		}
+		fs = append(fs, redisFire{d})
+	}
+	if len(fs) > 0 {
+		timeout = 0 // with fires in hand, only those due now join them
+	}
+	ds, err := t.q.TakeBatch(ctx, max-int64(len(fs)), timeout)
+	if int64(len(fs)) == max || (err != nil && len(fs) > 0) {
+		return fs, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	fs := make(Fires, len(ds))
-	for i, d := range ds {
-		fs[i] = redisFire{d.(*redisDelivery)}
+	for _, d := range ds {
+		fs = append(fs, redisFire{d.(*redisDelivery)})
 	}
 	return fs, nil
+}
+
+// firePrefetch is the most fires one Next call takes from Redis: the first
+// is its answer, the others wait in the Timers for the next calls. A call
+// takes one fire at first, and twice as many as the last time (up to
+// firePrefetch) each time it took all it asked for, since then fires back
+// up: a take costs Redis and the client about as much for one fire as for
+// several, so taking them together is what lets a few goroutines keep up.
+// A hand-back (fires nobody asked for in fireHold) halves it.
+const firePrefetch = 32
+
+// fireHold is how long a fire taken ahead waits in the Timers for a Next or
+// NextBatch call before it goes back to Redis, to the front of its line,
+// where any process can take it.
+const fireHold = 100 * time.Millisecond
+
+// firesAhead holds the fires a Next call took for later calls, oldest
+// first, with when each was kept.
+type firesAhead struct {
+	mu    sync.Mutex
+	fires []aheadFire
+	size  int64       // how many the next take asks for
+	timer *time.Timer // hands back what was kept fireHold ago; nil: none
+}
+
+type aheadFire struct {
+	d    *redisDelivery
+	kept time.Time
+}
+
+// want is how many fires the next take asks for.
+func (a *firesAhead) want() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.size
+}
+
+// took adapts the next take's size to a take of n fires.
+func (a *firesAhead) took(n int) {
+	a.mu.Lock()
+	if int64(n) >= a.size {
+		a.size = min(2*a.size, firePrefetch)
+	}
+	a.mu.Unlock()
+}
+
+// pop returns the oldest fire kept, nil when none is. Fires of a dead
+// registration are dropped: a cleaner returns them, and this connection
+// must not work on them.
+func (a *firesAhead) pop() *redisDelivery {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.fires) > 0 {
+		d := a.fires[0].d
+		a.fires[0] = aheadFire{}
+		a.fires = a.fires[1:]
+		if !d.reg.dead.Load() {
+			return d
+		}
+	}
+	return nil
+}
+
+// drain removes and returns the fires kept at least age ago (0: all), and
+// halves the take size when there were any.
+func (a *firesAhead) drain(age time.Duration) []*redisDelivery {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*redisDelivery
+	now := time.Now()
+	for len(a.fires) > 0 && now.Sub(a.fires[0].kept) >= age {
+		if d := a.fires[0].d; !d.reg.dead.Load() {
+			out = append(out, d)
+		}
+		a.fires[0] = aheadFire{}
+		a.fires = a.fires[1:]
+	}
+	if len(out) > 0 {
+		a.size = max(a.size/2, 1)
+	}
+	return out
+}
+
+// keep holds ds for the next calls and makes sure a hand-back is due.
+func (t *redisTimers) keep(ds Deliveries) {
+	a := &t.ahead
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range ds {
+		a.fires = append(a.fires, aheadFire{d: d.(*redisDelivery), kept: now})
+	}
+	if a.timer == nil {
+		a.timer = time.AfterFunc(fireHold, t.handBackOld)
+	}
+}
+
+// handBackOld hands back the fires kept at least fireHold ago, and comes
+// back for the others when they are that old.
+func (t *redisTimers) handBackOld() {
+	a := &t.ahead
+	old := a.drain(fireHold)
+	a.mu.Lock()
+	if len(a.fires) > 0 {
+		a.timer = time.AfterFunc(time.Until(a.fires[0].kept.Add(fireHold)), t.handBackOld)
+	} else {
+		a.timer = nil
+	}
+	a.mu.Unlock()
+	t.handBack(old)
+}
+
+// handBack puts fires taken ahead back to the front of their lines, due as
+// they were and with no attempt counted, as a stopping consumer hands back
+// its buffer. When that fails they stay this connection's until a cleaner
+// returns them, and the error channel says so.
+func (t *redisTimers) handBack(ds []*redisDelivery) {
+	if len(ds) == 0 {
+		return
+	}
+	q := t.q
+	var regs []*registration
+	byReg := map[*registration][]string{}
+	for i := len(ds) - 1; i >= 0; i-- { // the newest first: the oldest ends at the head
+		d := ds[i]
+		if byReg[d.reg] == nil {
+			regs = append(regs, d.reg)
+		}
+		byReg[d.reg] = append(byReg[d.reg], d.ref())
+	}
+	for _, reg := range regs {
+		res, err := q.conn.acks.settle(context.Background(), q, reg, modeHead, nil, byReg[reg], nil)
+		if err == nil {
+			err = res.err(0)
+		}
+		if err != nil {
+			q.conn.report(&ConsumeError{Queue: q.name, RedisErr: errorf("hand back %d timer fires taken ahead: %w", len(byReg[reg]), err), Count: 1})
+		}
+	}
 }
 
 type redisFire struct{ d *redisDelivery }

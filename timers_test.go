@@ -483,3 +483,53 @@ func TestTestTimersNextBatch(t *testing.T) {
 		t.Fatalf("NextBatch with only a later timer: %v", err)
 	}
 }
+
+// While fires back up, Next takes several at once and serves the next
+// calls from them; those no call asks for go back to Redis, where another
+// connection takes them, and every timer fires once.
+func TestNextTakesBackedUpFiresTogetherAndHandsBackTheRest(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const n = 40
+		ns := namespace()
+		ctx := context.Background()
+		first := openT(t, b, "first", ns)
+		tsFirst := openTimers(t, first, "t")
+		tsOther := openTimers(t, openT(t, b, "other", ns), "t")
+		for i := 0; i < n; i++ {
+			if err := tsFirst.Set(ctx, fmt.Sprintf("k%02d", i), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fired := map[string]int{}
+		// 1, 2, 4 and 8 fires taken: 15, of which 4 handed out and acked
+		for i := 0; i < 4; i++ {
+			f := nextFire(t, tsFirst, 5*time.Second)
+			fired[f.Key()]++
+			if err := f.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := mustStats(t, first).TimerStats["t"]
+		if st.Firing < 2 || st.Firing+st.Pending != n-4 {
+			t.Fatalf("after 4 fires handled in a backlog: %+v, want more than one firing (taken ahead) and %d in all", st, n-4)
+		}
+		// the first connection asks for nothing more: the other one gets
+		// every remaining fire, those taken ahead once they are handed back
+		for len(fired) < n {
+			f := nextFire(t, tsOther, 5*time.Second)
+			fired[f.Key()]++
+			if err := f.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, times := range fired {
+			if times != 1 {
+				t.Errorf("%s fired %d times", k, times)
+			}
+		}
+		if st := mustStats(t, first).TimerStats["t"]; st != (TimerStat{}) {
+			t.Fatalf("stats after every fire: %+v, want none pending or firing", st)
+		}
+		noFire(t, tsFirst, 150*time.Millisecond, "after every fire was acked")
+	})
+}
