@@ -47,11 +47,11 @@ type Timers interface {
 	// is acked or released.
 	//
 	// While fires back up, one call takes several due fires from Redis at
-	// once and keeps those it does not return for the next Next or
-	// NextBatch calls on this Timers (see firePrefetch): they are this
-	// connection's from then on, as a taken fire is, and go back to Redis
-	// for any process to take when no call asks for them within fireHold
-	// or consuming stops.
+	// once (up to 32) and keeps those it does not return for the next Next
+	// or NextBatch calls on this Timers: they are this connection's from
+	// then on, as a taken fire is, and go back to the front of their line,
+	// for any process to take, when no call asks for them within 100 ms or
+	// consuming stops.
 	Next(ctx context.Context, timeout time.Duration) (Fire, error)
 	// NextBatch is Next for up to max fires: it returns as soon as at
 	// least one timer fired, with every fire that is due then (up to max),
