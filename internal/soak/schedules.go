@@ -493,9 +493,12 @@ func (w *soakWorker) runScheduleLoop(ctx context.Context, conn redq.Connection, 
 	select {
 	case <-ctx.Done(): // SIGTERM: the soak asks us to stop
 		stop()
-		<-done
+		runErr := <-done
 		waitClosed(conn.StopAllConsuming(), 30*time.Second)
 		w.log.event(lineStopped, stoppedAsked, nowNano())
+		if runErr != nil && !errors.Is(runErr, context.Canceled) {
+			return ExitError{Code: workerExitFailed, Err: fmt.Errorf("the schedules loop: %w", runErr)}
+		}
 		return nil
 	case err := <-done:
 		// Run ends only when its connection stopped: a connection
