@@ -24,6 +24,9 @@ type Overview struct {
 	// Rounds is what Inspector.Rounds returns: the counts of every round
 	// (empty, not nil, when there is none).
 	Rounds map[string]RoundStat
+	// ScheduleSets is what Inspector.ScheduleSets returns: the counts of
+	// every schedule set (empty, not nil, when there is none).
+	ScheduleSets map[string]ScheduleSetStat
 }
 
 // overviewGuess bounds the unacked counts Overview reads on a guess for
@@ -33,7 +36,8 @@ type Overview struct {
 // trip).
 const overviewGuess = 4096
 
-// Overview returns what Queues, Connections, Timers and Rounds return, in
+// Overview returns what Queues, Connections, Timers, Rounds and
+// ScheduleSets return, in
 // at most two round trips on a single Redis node, whatever the number of
 // queues, connections, timers and rounds:
 //
@@ -66,6 +70,7 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 	connsCmd := pipe.SMembers(ctx, i.keys.connections)
 	timersCmd := pipe.SMembers(ctx, i.keys.timers)
 	roundsCmd := pipe.SMembers(ctx, i.keys.rounds())
+	schedulesCmd := pipe.SMembers(ctx, i.keys.schedules)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fail(err)
 	}
@@ -113,6 +118,11 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 		timerCounts[n] = scripts.counts.EvalSha(ctx, pipe, timerKeys[n].block0())
 	}
 	roundCmds := queueRoundStats(ctx, pipe, i.opts.namespace, roundsCmd.Val())
+	setNames := schedulesCmd.Val()
+	setCounts := make([]*redis.Cmd, len(setNames))
+	for n, name := range setNames {
+		setCounts[n] = scripts.scheduleCounts.EvalSha(ctx, pipe, scheduleSetKeys(i.opts.namespace, name).scriptKeys())
+	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 	}
@@ -148,6 +158,13 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 			need(scripts.counts)
 			k := timerKeys[n]
 			redo = append(redo, func(p redis.Pipeliner) { timerCounts[n] = scripts.counts.EvalSha(ctx, p, k.block0()) })
+		}
+	}
+	for n := range setCounts {
+		if isNoScript(setCounts[n].Err()) {
+			need(scripts.scheduleCounts)
+			k := scheduleSetKeys(i.opts.namespace, setNames[n]).scriptKeys()
+			redo = append(redo, func(p redis.Pipeliner) { setCounts[n] = scripts.scheduleCounts.EvalSha(ctx, p, k) })
 		}
 	}
 	for n := range roundCmds {
@@ -242,6 +259,14 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 			return fail(err)
 		}
 		out.Rounds = rs
+	}
+	out.ScheduleSets = make(map[string]ScheduleSetStat, len(setNames))
+	for n, name := range setNames {
+		st, err := scheduleSetStatOf(ctx, i.client, setCounts[n], scheduleSetKeys(i.opts.namespace, name))
+		if err != nil {
+			return fail(errorf("schedule set %q: %w", name, err))
+		}
+		out.ScheduleSets[name] = st
 	}
 	return out, nil
 }

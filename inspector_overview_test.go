@@ -80,6 +80,12 @@ func fillOverview(t *testing.T, b backend, ns Option) {
 			t.Fatal(err)
 		}
 	}
+	sc := openSchedules(t, c, "cron")
+	mustSchedule(t, sc, "hourly", "@every 1h", "h")
+	mustSchedule(t, sc, "daily", "@every 24h", "d")
+	if err := sc.Pause(ctx, "daily"); err != nil {
+		t.Fatal(err)
+	}
 	// A dead connection (registered, no heartbeat) holding a delivery of
 	// jobs, and one registered for jobs but not in the connection set.
 	g := newGlobalKeys(c.opts.namespace)
@@ -112,6 +118,9 @@ func separately(t *testing.T, i *Inspector) Overview {
 		t.Fatal(err)
 	}
 	if o.Rounds, err = i.Rounds(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o.ScheduleSets, err = i.ScheduleSets(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return o
@@ -156,7 +165,7 @@ func TestInspectorOverviewMatchesSeparateReads(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameOverview(t, "empty namespace", o, separately(t, empty))
-		if o.Timers == nil || o.Rounds == nil || len(o.Queues) != 0 || len(o.Connections) != 0 {
+		if o.Timers == nil || o.Rounds == nil || o.ScheduleSets == nil || len(o.Queues) != 0 || len(o.Connections) != 0 {
 			t.Errorf("empty namespace: %+v", o)
 		}
 
@@ -173,8 +182,11 @@ func TestInspectorOverviewMatchesSeparateReads(t *testing.T) {
 			sameOverview(t, what, o, separately(t, i))
 		}
 		o, _ = i.Overview(ctx)
-		if len(o.Queues) != 3 || len(o.Connections) != 3 || len(o.Timers) != 1 || len(o.Rounds) != 1 {
+		if len(o.Queues) != 3 || len(o.Connections) != 3 || len(o.Timers) != 1 || len(o.Rounds) != 1 || len(o.ScheduleSets) != 1 {
 			t.Fatalf("not every kind of data was made: %+v", o)
+		}
+		if cron := o.ScheduleSets["cron"]; cron.Schedules != 2 || cron.Paused != 1 || cron.NextDue.IsZero() {
+			t.Errorf("schedule set cron: %+v", cron)
 		}
 		jobs := o.Queues[1]
 		if jobs.Name != "jobs" || jobs.Unacked != 4 || jobs.Rejected != 1 || jobs.Delayed != 2 || jobs.Connections != 3 || jobs.Published != 6 || jobs.Acked != 1 {

@@ -96,6 +96,11 @@ type ScheduleInfo struct {
 	Fired, Skipped int64
 	// Version counts the upserts of the schedule.
 	Version int64
+	// Jitter, CatchUp and Overlap are the schedule's policies (see
+	// ScheduleJitter, ScheduleCatchUp and ScheduleOverlap).
+	Jitter  time.Duration
+	CatchUp CatchUp
+	Overlap Overlap
 }
 
 // ScheduleOption configures a schedule (see Schedules.Upsert).
@@ -174,6 +179,20 @@ func CatchUpAll(n int) CatchUp { return CatchUp{mode: "all", n: n} }
 // grace. After downtime the schedule goes on from its next tick. grace
 // must be between 1ms and MaxDelay.
 func CatchUpNone(grace time.Duration) CatchUp { return CatchUp{mode: "none", grace: grace} }
+
+// String returns the policy as it is written in Go: "CatchUpLatest()",
+// "CatchUpAll(10)" or "CatchUpNone(5s)".
+func (p CatchUp) String() string {
+	switch p.mode {
+	case "", "latest":
+		return "CatchUpLatest()"
+	case "all":
+		return "CatchUpAll(" + strconv.Itoa(p.n) + ")"
+	case "none":
+		return "CatchUpNone(" + p.grace.String() + ")"
+	}
+	return "CatchUp(" + p.mode + ")"
+}
 
 // MaxCatchUp bounds the ticks CatchUpAll publishes at once.
 const MaxCatchUp = 1000
@@ -601,7 +620,15 @@ func (s *redisSchedules) read(ctx context.Context, id string) (scheduleRec, erro
 
 func (r scheduleRec) info(id string) ScheduleInfo {
 	in := ScheduleInfo{ID: id, Spec: r.def.Spec, TimeZone: r.def.Zone, Target: r.def.Target, Payload: r.def.Payload,
-		Paused: r.paused, Fired: r.fired, Skipped: r.skipped, Version: r.ver}
+		Paused: r.paused, Fired: r.fired, Skipped: r.skipped, Version: r.ver,
+		Jitter: time.Duration(r.def.JitterMs) * time.Millisecond, Overlap: OverlapAllow,
+		CatchUp: CatchUp{mode: r.def.CatchUp, n: r.def.CatchUpN, grace: time.Duration(r.def.GraceMs) * time.Millisecond}}
+	if in.CatchUp.mode == "" {
+		in.CatchUp = CatchUpLatest()
+	}
+	if r.def.Skip {
+		in.Overlap = OverlapSkip
+	}
 	if !r.paused {
 		in.Next = time.UnixMilli(r.next)
 	}

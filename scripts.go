@@ -45,6 +45,8 @@ type scriptSet struct {
 	moveApply *redis.Script
 	// schedules (schedules.go)
 	scheduleUpsert, scheduleFire, scheduleState *redis.Script
+	// schedule sets' counts (inspector_schedules.go)
+	scheduleCounts *redis.Script
 }
 
 func readScript(name string) string {
@@ -201,6 +203,7 @@ func newScriptSet(prelude string) scriptSet {
 		scheduleUpsert:      scheduleScript("schedule_upsert"),
 		scheduleFire:        scheduleScript("schedule_fire"),
 		scheduleState:       scheduleScript("schedule_state"),
+		scheduleCounts:      scheduleScript("schedule_counts"),
 	}
 }
 

@@ -40,6 +40,13 @@ var funcs = template.FuncMap{
 	"add":         func(a, b int) int { return a + b },
 	"stateNote":   stateNote,
 	"dict":        dict,
+	// scheduleButtons are the actions a schedule's row offers.
+	"scheduleButtons": func(paused bool) []string {
+		if paused {
+			return []string{"resume", "remove"}
+		}
+		return []string{"pause", "remove"}
+	},
 }
 
 // dict builds the argument map of a sub-template from key, value pairs.

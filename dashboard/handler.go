@@ -72,9 +72,12 @@ func (h *handler) routes() {
 	m.HandleFunc("GET /queues/{queue}/deliveries/{id}", h.serveDelivery)
 	m.HandleFunc("GET /queues/{queue}/deliveries/{id}/payload", h.servePayload)
 	m.HandleFunc("GET /rounds/{round}", h.serveRound)
+	m.HandleFunc("GET /schedules", h.serveSchedules)
+	m.HandleFunc("GET /schedules/{set}", h.serveScheduleSet)
 	m.HandleFunc("GET /api/overview", h.serveOverviewJSON)
 	m.HandleFunc("GET /assets/{file}", serveAsset)
 	m.Handle("POST /queues/{queue}/actions/{action}", h.cop.Handler(http.HandlerFunc(h.serveAction)))
+	m.Handle("POST /schedules/{set}/actions/{action}", h.cop.Handler(http.HandlerFunc(h.serveScheduleAction)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.fail(w, r, http.StatusMethodNotAllowed, "Method not allowed", "Pages are read with GET; actions are POST requests from the dashboard's own buttons.")

@@ -28,7 +28,7 @@ func parseTemplates() (*pageTemplates, error) {
 		return nil, err
 	}
 	pt := &pageTemplates{sets: map[string]*template.Template{}}
-	for _, name := range []string{"overview", "queue", "delivery", "connections", "round", "message"} {
+	for _, name := range []string{"overview", "queue", "delivery", "connections", "round", "schedules", "schedule_set", "message"} {
 		t, err := base.Clone()
 		if err != nil {
 			return nil, err

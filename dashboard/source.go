@@ -30,6 +30,12 @@ type source interface {
 	Timers(ctx context.Context) (map[string]redq.TimerStat, error)
 	Rounds(ctx context.Context) (map[string]redq.RoundStat, error)
 	ListRound(ctx context.Context, round string, cursor string, limit int) (redq.RoundPage, error)
+	ScheduleSets(ctx context.Context) (map[string]redq.ScheduleSetStat, error)
+	ScheduleSet(ctx context.Context, set string) (redq.ScheduleSetStat, error)
+	ListSchedules(ctx context.Context, set, cursor string, limit int) (redq.SchedulePage, error)
+	PauseSchedule(ctx context.Context, set, id string) error
+	ResumeSchedule(ctx context.Context, set, id string) error
+	RemoveSchedule(ctx context.Context, set, id string) error
 }
 
 var _ source = (*redq.Inspector)(nil)

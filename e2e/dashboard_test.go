@@ -281,6 +281,37 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("after pause in the browser, Redis has paused=%v, %v", q.Paused, err)
 	}
 
+	// Pause a schedule from its set's page: Redis says paused, and so
+	// does the page.
+	conn, err := redq.Open(ctx, "scheduler", client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { <-conn.StopAllConsuming() }()
+	sched, err := conn.OpenSchedules("nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.Upsert(ctx, "report", "0 30 2 * * *", []byte("report"), redq.ScheduleTimeZone("Europe/Berlin")); err != nil {
+		t.Fatal(err)
+	}
+	do("schedules",
+		chromedp.Navigate(base+"/schedules"),
+		visible(`tr[data-set="nightly"] td[data-field="schedules"]`))
+	do("pause a schedule",
+		chromedp.Navigate(base+"/schedules/nightly"),
+		visible(`#live-toggle`),
+		click(`#live-toggle`),
+		click(`tr[data-schedule="report"] button[data-action="pause"]`),
+		visible(`[data-field="flash"]`),
+		visible(`tr[data-schedule="report"] button[data-action="resume"]`))
+	if got := text(`tr[data-schedule="report"] [data-field="state"]`); got != "paused" {
+		t.Errorf("after pause in the browser, the page says %q", got)
+	}
+	if in, err := insp.Schedule(ctx, "nightly", "report"); err != nil || !in.Paused {
+		t.Errorf("after pause in the browser, Redis has %+v, %v", in, err)
+	}
+
 	// Redis goes away: a banner, the numbers greyed, and the page keeps
 	// polling until Redis is back.
 	do("before the outage",

@@ -28,6 +28,14 @@ type Source interface {
 	Rounds(ctx context.Context) (map[string]redq.RoundStat, error)
 }
 
+// ScheduleSource is a Source that also reads the schedule sets, as
+// *redq.Inspector's ScheduleSets does. A Collector reports the schedule
+// metrics of an OverviewSource (from its Overview) or of a ScheduleSource;
+// of a bare Source, none.
+type ScheduleSource interface {
+	ScheduleSets(ctx context.Context) (map[string]redq.ScheduleSetStat, error)
+}
+
 // OverviewSource is a Source that reads all four parts at once, as
 // *redq.Inspector's Overview does in two round trips to Redis (the four
 // separate reads take nine). A Collector over an OverviewSource calls
@@ -69,7 +77,8 @@ func WithoutTimersAndRounds() Option {
 
 // Collector is a prometheus.Collector over a Source (an *redq.Inspector):
 // on each scrape it reads every queue's counts and totals, the
-// connections, the timer sets and the rounds, and reports them as the
+// connections, the timer sets, the rounds and the schedule sets (see
+// ScheduleSource), and reports them as the
 // redq_* metrics listed in docs/metrics.md. An OverviewSource is read in
 // one call (two round trips to Redis for an Inspector, whatever the number
 // of queues); another Source with its four reads, concurrently. When a
@@ -89,6 +98,7 @@ type Collector struct {
 	timersPending, timersFiring                *prometheus.Desc
 	roundItems, roundDue, roundLag, roundIssue *prometheus.Desc
 	roundExpired                               *prometheus.Desc
+	schedules, schedulesPaused, scheduleFired  *prometheus.Desc
 }
 
 // NewCollector returns a collector over src; register it with
@@ -126,6 +136,9 @@ func NewCollector(src Source, opts ...Option) *Collector {
 		roundLag:         prometheus.NewDesc("redq_round_oldest_lag_seconds", "How long the round's most overdue item has been due.", []string{"round"}, nil),
 		roundIssue:       prometheus.NewDesc("redq_round_issued_total", "Hand-outs of the round's items since it was created.", []string{"round"}, nil),
 		roundExpired:     prometheus.NewDesc("redq_round_expired_total", "Items of the round removed because their time to live ran out.", []string{"round"}, nil),
+		schedules:        prometheus.NewDesc("redq_schedules", "Schedules of the schedule set.", []string{"set"}, nil),
+		schedulesPaused:  prometheus.NewDesc("redq_schedules_paused", "Paused schedules of the schedule set.", []string{"set"}, nil),
+		scheduleFired:    prometheus.NewDesc("redq_schedule_ticks_fired_total", "Ticks the schedule set's schedules published (it drops when a schedule is removed, which Prometheus reads as a reset).", []string{"set"}, nil),
 	}
 	for _, o := range opts {
 		o(c)
@@ -137,7 +150,7 @@ func NewCollector(src Source, opts ...Option) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.scrapeSeconds, c.deliveries, c.keyedPending, c.paused, c.consumers,
 		c.queueConnections, c.published, c.acked, c.rejected, c.retried, c.conns, c.timersPending, c.timersFiring,
-		c.roundItems, c.roundDue, c.roundLag, c.roundIssue, c.roundExpired} {
+		c.roundItems, c.roundDue, c.roundLag, c.roundIssue, c.roundExpired, c.schedules, c.schedulesPaused, c.scheduleFired} {
 		ch <- d
 	}
 }
@@ -157,13 +170,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		conns  []redq.ConnectionInfo
 		timers map[string]redq.TimerStat
 		rounds map[string]redq.RoundStat
-		errs   [4]error
+		sets   map[string]redq.ScheduleSetStat
+		errs   [5]error
 	)
 	if ov, ok := c.src.(OverviewSource); ok {
 		o, err := ov.Overview(ctx)
-		queues, conns, timers, rounds = o.Queues, o.Connections, o.Timers, o.Rounds
-		errs = [4]error{err, err, err, err}
+		queues, conns, timers, rounds, sets = o.Queues, o.Connections, o.Timers, o.Rounds, o.ScheduleSets
+		errs = [5]error{err, err, err, err, err}
 	} else {
+		if ss, ok := c.src.(ScheduleSource); ok {
+			wg.Go(func() { sets, errs[4] = ss.ScheduleSets(ctx) })
+		}
 		wg.Go(func() { queues, errs[0] = c.src.Queues(ctx) })
 		if c.connections {
 			wg.Go(func() { conns, errs[1] = c.src.Connections(ctx) })
@@ -195,6 +212,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if errs[3] != nil {
 		rounds = nil
+	}
+	if errs[4] != nil {
+		sets = nil
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 	ch <- prometheus.MustNewConstMetric(c.scrapeSeconds, prometheus.GaugeValue, time.Since(start).Seconds())
@@ -245,5 +265,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.roundLag, prometheus.GaugeValue, r.OldestLag.Seconds(), name)
 		counter(c.roundIssue, r.IssuedCount, name)
 		counter(c.roundExpired, r.ExpiredCount, name)
+	}
+	for name, st := range sets {
+		gauge(c.schedules, st.Schedules, name)
+		gauge(c.schedulesPaused, st.Paused, name)
+		counter(c.scheduleFired, st.Fired, name)
 	}
 }

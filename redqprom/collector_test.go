@@ -190,7 +190,12 @@ type fakeSource struct {
 	conns  []redq.ConnectionInfo
 	timers map[string]redq.TimerStat
 	rounds map[string]redq.RoundStat
+	sets   map[string]redq.ScheduleSetStat
 	err    error
+}
+
+func (f *fakeSource) ScheduleSets(context.Context) (map[string]redq.ScheduleSetStat, error) {
+	return f.sets, nil
 }
 
 func (f *fakeSource) Queues(context.Context) ([]redq.QueueInfo, error) { return f.queues, f.err }
@@ -210,7 +215,7 @@ func (o fakeOverview) Overview(context.Context) (redq.Overview, error) {
 	if o.f.err != nil {
 		return redq.Overview{}, o.f.err
 	}
-	return redq.Overview{Queues: o.f.queues, Connections: o.f.conns, Timers: o.f.timers, Rounds: o.f.rounds}, nil
+	return redq.Overview{Queues: o.f.queues, Connections: o.f.conns, Timers: o.f.timers, Rounds: o.f.rounds, ScheduleSets: o.f.sets}, nil
 }
 func (fakeOverview) Queues(context.Context) ([]redq.QueueInfo, error) { return nil, errSeparate }
 func (fakeOverview) Connections(context.Context) ([]redq.ConnectionInfo, error) {
@@ -236,6 +241,7 @@ func TestCollectorMetrics(t *testing.T) {
 			conns:  []redq.ConnectionInfo{{Name: "x", State: "active"}, {Name: "y", State: "dead"}, {Name: "z", State: "dead"}},
 			timers: map[string]redq.TimerStat{"alarms": {Pending: 2, Firing: 1}},
 			rounds: map[string]redq.RoundStat{"polls": {ItemCount: 4, DueCount: 2, OldestLag: 1500 * time.Millisecond, IssuedCount: 40, ExpiredCount: 3}},
+			sets:   map[string]redq.ScheduleSetStat{"nightly": {Schedules: 5, Paused: 2, Fired: 70}},
 		}
 	}
 	for _, overview := range []bool{false, true} {
@@ -271,6 +277,9 @@ func TestCollectorMetrics(t *testing.T) {
 				`redq_round_oldest_lag_seconds{round="polls"} 1.5`,
 				`redq_round_issued_total{round="polls"} 40`,
 				`redq_round_expired_total{round="polls"} 3`,
+				`redq_schedules{set="nightly"} 5`,
+				`redq_schedules_paused{set="nightly"} 2`,
+				`redq_schedule_ticks_fired_total{set="nightly"} 70`,
 			)
 			if problems, err := testutil.CollectAndLint(redqprom.NewCollector(src)); err != nil || len(problems) > 0 {
 				t.Errorf("lint: %v %v", problems, err)

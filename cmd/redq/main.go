@@ -98,6 +98,13 @@ type command struct {
 	// names).
 	argFlags func(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	args     []string
+	// varArgs lets a command with argFlags take from none to all of the
+	// arguments args names (args then only names them in the usage line):
+	// the command checks them itself and returns a usage error.
+	varArgs bool
+	// argsUsage, if set, is the arguments of the usage line, in place of
+	// args.
+	argsUsage string
 	// details, if any, is printed by "redq help <command>" between the
 	// summary and the flags.
 	details string
@@ -121,6 +128,8 @@ var commands = []command{
 	{name: "connections", group: groupInspect, summary: "list the connections with their state, heartbeat age and unacked deliveries", flags: connectionsCommand},
 	{name: "timers", group: groupInspect, summary: "list the timer sets with their counts", flags: timersCommand},
 	{name: "rounds", group: groupInspect, summary: "list the rounds with their counts, or a round's items with --round NAME", flags: roundsCommand},
+	{name: "schedules", group: groupInspect, args: []string{"[SET]"}, varArgs: true, argsUsage: "[SET | pause|resume|remove SET ID]",
+		summary: "list the schedule sets with their counts, or a set's schedules with their next and last tick", argFlags: schedulesCommand, details: schedulesDetails},
 	{name: "stats", group: groupInspect, summary: "print the counts of every open queue", flags: statsCommand},
 
 	{name: "retry", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "move a rejected or delayed delivery to ready now", argFlags: retryCommand},
@@ -130,6 +139,10 @@ var commands = []command{
 	{name: "resume", group: groupAct, args: []string{"QUEUE"}, summary: "let connections fetch from a paused queue again", argFlags: resumeCommand},
 	{name: "run-now", group: groupAct, args: []string{"QUEUE", "KEY"}, summary: "make a keyed item due now", argFlags: runNowCommand},
 	{name: "cancel", group: groupAct, args: []string{"QUEUE", "KEY"}, summary: "remove a keyed item that is pending", argFlags: cancelCommand},
+	// listed here for "redq help"; lookup finds the entry above, which runs
+	// both forms
+	{name: "schedules", group: groupAct, args: []string{"VERB", "SET", "ID"}, varArgs: true, argsUsage: "[SET | pause|resume|remove SET ID]",
+		summary: "pause, resume or remove (VERB) one schedule of a set", argFlags: schedulesCommand, details: schedulesDetails},
 	{name: "return-rejected", group: groupAct, summary: "move rejected deliveries of a queue back to ready", flags: returnRejectedCommand},
 	{name: "purge-rejected", group: groupAct, summary: "delete the rejected deliveries of a queue", flags: purgeRejectedCommand},
 
@@ -205,6 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageFailure(stderr, cmd, err)
 	}
 	switch {
+	case cmd.varArgs:
 	case len(positional) > len(cmd.args) && len(cmd.args) == 0:
 		return usageFailure(stderr, cmd, fmt.Errorf("unexpected argument %q (this command takes none)", positional[0]))
 	case len(positional) > len(cmd.args):
@@ -284,7 +298,9 @@ func newFlagSet(cmd *command) (*flag.FlagSet, func(ctx context.Context, args []s
 
 func usageLine(cmd *command) string {
 	line := "redq " + cmd.name
-	if len(cmd.args) > 0 {
+	if cmd.argsUsage != "" {
+		line += " " + cmd.argsUsage
+	} else if len(cmd.args) > 0 {
 		line += " " + strings.Join(cmd.args, " ")
 	}
 	return line + " [flags]"

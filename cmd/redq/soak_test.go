@@ -13,13 +13,15 @@ func TestSoakUsage(t *testing.T) {
 		{"soak", "-workers", "1", "-sigstops", "1"},
 		{"soak", "-down-min", "2s", "-down-max", "1s"},
 		{"soak", "-hb-interval", "1s", "-hb-ttl", "1s"},
+		{"soak", "-schedules", "10", "-cluster"},
+		{"soak", "-schedules", "10", "-duration", "1s"},
 	} {
 		if code, _, stderr := redqRun(t, args...); code != 2 || !strings.Contains(stderr, "redq help soak") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a usage hint", args, code, stderr)
 		}
 	}
 	out := mustRedq(t, "help", "soak")
-	for _, want := range []string{"appendfsync always", "SIGSTOP", "zombies_resumed", "-n 1000000", "-kills"} {
+	for _, want := range []string{"appendfsync always", "SIGSTOP", "zombies_resumed", "-n 1000000", "-kills", "-schedules"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("redq help soak does not mention %q:\n%s", want, out)
 		}

@@ -101,6 +101,9 @@ func (s *soak) startWorker() (*soakProc, error) {
 		"-log", p.log, "-tag", fmt.Sprintf("soak-w%d", idx),
 		"-hb-interval", c.hbInterval.String(), "-hb-ttl", c.hbTTL.String(),
 		"-work", c.work.String(), "-seed", strconv.FormatUint(c.seed+uint64(idx), 10))
+	if c.schedules > 0 {
+		cmd.Args = append(cmd.Args, "-schedules", scheduleSetName)
+	}
 	cmd.Env = append(os.Environ(), WorkerEnv+"=1")
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	// Its own process group (a Ctrl-C reaches the soak, which stops its

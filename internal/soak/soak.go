@@ -90,10 +90,22 @@ median/max: failover= (SIGKILL to a replica promoted), kill_to_acks=
 (SIGKILL to acks again), reshard= (the migration) and reshard_to_acks=
 (slot moved to acks again).
 
+With -schedules N the soak checks schedules instead: N schedules @every 1s
+(CatchUpAll) tick into the soak's queue for -duration (30s) while the
+-workers processes run the set's loop (Schedules.Run) and the faults hit
+them (SIGKILL, SIGSTOP until declared dead) and Redis (SIGTERM, SIGKILL).
+Then it pauses the schedules, waits for every fired tick to reach the
+queue, takes them all and checks, per schedule, that each tick from its
+first to its last fire was delivered exactly once (no gap, no tick under
+two delivery ids, none skipped, Fired matching), and that no schedule
+stalled. Summary: schedules= ticks= lost= double= skipped= stalled=
+redelivered= and the faults.
+
 CI-sized:  redq soak -n 20000
 Full run:  redq soak -n 1000000 -rate 2500 -kills 20 -sigstops 10 -redis-sigterms 10 -redis-sigkills 10
 Cluster:   redq soak -cluster -n 10000 -rate 400 -master-kills 1 -reshards 1
-Full:      redq soak -cluster -n 200000 -rate 1000 -master-kills 5 -reshards 2`
+Full:      redq soak -cluster -n 200000 -rate 1000 -master-kills 5 -reshards 2
+Schedules: redq soak -schedules 100 (CI: -duration 20s); full: redq soak -schedules 1000 -duration 2m -kills 6 -sigstops 4`
 
 // Namespace and queue of the soak's private Redis.
 const (
@@ -113,6 +125,10 @@ type soakConfig struct {
 	seed                                    uint64
 	dir                                     string
 	keep                                    bool
+
+	// Schedules mode (see schedules.go).
+	schedules int
+	duration  time.Duration
 
 	// Cluster mode (see cluster.go).
 	cluster               bool
@@ -166,6 +182,8 @@ func soakFlags(fs *flag.FlagSet) *soakConfig {
 	fs.IntVar(&c.masterKills, "master-kills", 2, "with -cluster: SIGKILLs of a master (then relaunched, it rejoins as a replica); the first hits the master of the global keys")
 	fs.IntVar(&c.reshards, "reshards", 1, "with -cluster: migrations of a busy queue's slot to another master while it is consumed")
 	fs.DurationVar(&c.resumeLimit, "resume-limit", 30*time.Second, "with -cluster: how long after a master SIGKILL or a resharding the consumers of the queues it touched may take to ack again")
+	fs.IntVar(&c.schedules, "schedules", 0, "run the schedules mode instead: this many schedules @every 1s, their loops in the -workers processes, for -duration under the faults; every tick must be published exactly once")
+	fs.DurationVar(&c.duration, "duration", 30*time.Second, "with -schedules: how long the schedules tick under the faults")
 	return &c
 }
 
@@ -227,6 +245,12 @@ func (c *soakConfig) validate() error {
 		return usagef("-queues must be from 1 to %d, is %d", maxSoakQueues, c.queues)
 	case c.resumeLimit <= 0:
 		return usagef("-resume-limit must be positive")
+	case c.schedules < 0 || c.schedules > maxSoakSchedules:
+		return usagef("-schedules must be from 0 to %d, is %d", maxSoakSchedules, c.schedules)
+	case c.schedules > 0 && c.cluster:
+		return usagef("-schedules runs on one redis-server; it does not go with -cluster")
+	case c.schedules > 0 && (c.duration < 5*time.Second || c.duration > 24*time.Hour):
+		return usagef("-duration must be from 5s to 24h, is %v", c.duration)
 	}
 	return nil
 }
@@ -291,10 +315,14 @@ func runSoak(ctx context.Context, c soakConfig, stdout, stderr io.Writer) error 
 	// go-redis logs through a logger of its process; the soak's knows
 	// when Redis is down on purpose.
 	redis.SetLogger(soakRedisLog{s})
-	if c.cluster {
+	switch {
+	case c.schedules > 0:
+		s.out.Logf("soak: seed %d: %d schedules @every 1s for %v, their loops in %d processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
+			c.seed, c.schedules, c.duration, c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
+	case c.cluster:
 		s.out.Logf("soak: seed %d: %d deliveries at %s over queues %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d master SIGKILL, %d resharding; logs in %s",
 			c.seed, c.n, rateString(c.rate), strings.Join(s.names, ", "), c.workers, c.kills, c.sigstops, c.masterKills, c.reshards, dir)
-	} else {
+	default:
 		s.out.Logf("soak: seed %d: %d deliveries at %s, %d consumer processes; faults: %d SIGKILL, %d SIGSTOP, %d Redis SIGTERM, %d Redis SIGKILL; logs in %s",
 			c.seed, c.n, rateString(c.rate), c.workers, c.kills, c.sigstops, c.redisTerms, c.redisKills, dir)
 	}
@@ -381,6 +409,9 @@ func (s *soak) run(ctx context.Context, stdout io.Writer) (bool, error) {
 			return false, fmt.Errorf("open queue %s: %w", name, err)
 		}
 		s.queues = append(s.queues, q)
+	}
+	if c.schedules > 0 {
+		return s.runSchedules(runCtx, stdout)
 	}
 
 	loopCtx, stopLoops := context.WithCancel(runCtx)

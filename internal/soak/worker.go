@@ -41,6 +41,7 @@ type workerConfig struct {
 	prefetch       int64
 	work           time.Duration
 	seed           uint64
+	schedules      string
 }
 
 // WorkerCommand declares the flags of redq soak-worker, one consumer
@@ -63,6 +64,7 @@ func WorkerCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer)
 	fs.Int64Var(&c.prefetch, "prefetch", 20, "prefetch limit")
 	fs.DurationVar(&c.work, "work", time.Millisecond, "the most time spent working on a delivery (random from 0)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the work times and Take sizes")
+	fs.StringVar(&c.schedules, "schedules", "", "run the loop of this schedule set instead of consuming (the soak's schedules mode)")
 	return func(ctx context.Context, stdout, stderr io.Writer) error {
 		if c.addr == "" || c.log == "" {
 			return usagef("--addr and --log are required")
@@ -152,6 +154,9 @@ func runSoakWorker(ctx context.Context, c workerConfig) error {
 	}
 	w.log.event(lineStart, strconv.Itoa(os.Getpid()), connName(conn), nowNano())
 	go w.watchErrors(errs)
+	if c.schedules != "" {
+		return w.runScheduleLoop(ctx, conn, c.schedules)
+	}
 
 	names := strings.Split(c.queue, ",")
 	var takeQueues []redq.Queue
