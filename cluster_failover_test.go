@@ -239,6 +239,7 @@ func failoverRounds(t testing.TB) int {
 // declared dead, and nothing is left in Redis at the end. The test logs
 // the time from each SIGKILL to consuming resumed on every queue.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
 	b := backend{name: "cluster", client: cl.Client(t)}

@@ -59,6 +59,7 @@ func procChildStagePush() int {
 // between step 1 and step 2 of a move loses nothing: a cleaner finishes
 // the move and the delivery is in the push queue exactly once.
 func TestClusterMovesAcrossSlots(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	cl := redistest.StartCluster(t)
 	client := cl.Client(t)
 	ctx := context.Background()

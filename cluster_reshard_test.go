@@ -15,6 +15,7 @@ import (
 // queue that stays put keep going during the move and those of both after
 // it, and the connection is never declared dead.
 func TestClusterResharding(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	cl := redistest.StartCluster(t, redistest.WithReplicas(0))
 	ctx := context.Background()
 	b := backend{name: "cluster", client: cl.Client(t)}

@@ -101,6 +101,7 @@ func nsName(ns Option) string {
 // still covers), so that no failover races the first Clean, and
 // appendfsync always, so that the master comes back with its data.
 func TestClusterCleanPerNode(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	cl := redistest.StartCluster(t, redistest.WithReplicas(0),
 		redistest.WithNodeArgs("--cluster-require-full-coverage", "no", "--appendonly", "yes", "--appendfsync", "always"))
 	ctx := context.Background()

@@ -891,6 +891,7 @@ func TestManagementVerbsOnKeyedItems(t *testing.T) {
 // 8. A consumer process of a keyed delivery is killed while a successor
 // waits: after the clean, exactly one run follows, with the newest payload.
 func TestProcessKilledWhileASuccessorWaits(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ns := procNamespace(t)

@@ -374,6 +374,7 @@ func (r *outageRun) awaitLost(old string) *ConnectionLostError {
 // Redis is back. Nothing is lost; only deliveries that were in flight are
 // consumed twice.
 func TestLongOutageResumesTheSameConnection(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	const before, after = 100, 40
 	outage := func(r *outageRun) {
 		r.srv.Kill()

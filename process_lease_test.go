@@ -299,6 +299,7 @@ func (r *procLeaseRescuer) stop(t testing.TB) {
 // succeed afterwards. Every payload is acked exactly once and nothing is
 // left in Redis.
 func TestProcessLeaseOfStoppedConsumerGoesToAnother(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	for _, how := range []string{"fetch", "cleaner"} {
 		t.Run(how, func(t *testing.T) { procLeaseScenario(t, how == "cleaner") })
 	}
@@ -339,7 +340,7 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 	env[procEnvHBInterval] = "100ms"
 	env[procEnvHBTTL] = "60s"
 	hung := startProcHelper(t, "leasehold", env)
-	ready := hung.await("READY", 20*time.Second, nil)
+	ready := hung.await("READY", procReadyTimeout, nil)
 	hungConn := ready.get("conn")
 	sinceNS, err := strconv.ParseInt(ready.get("since"), 10, 64)
 	if err != nil {

@@ -128,6 +128,12 @@ func (h *procHelper) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// procReadyTimeout bounds how long a helper may take to start and report
+// READY: a race-enabled test binary that starts while other process tests
+// run beside it (see docs/testing.md) on a machine of 2 cores can take
+// many seconds.
+const procReadyTimeout = 60 * time.Second
+
 // startProcHelper starts the test binary as helper name with extra
 // environment. The helper is killed (and resumed first, should it be
 // stopped) when the test ends.
@@ -540,6 +546,7 @@ func procKeys(m map[string]bool) []string {
 // heartbeat lapsed, a cleaner returns exactly what it held, and a consumer
 // here acks all of it.
 func TestProcessCrashSIGKILL(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	const (
 		n         = 2000
 		ackFirst  = 300
@@ -568,7 +575,7 @@ func TestProcessCrashSIGKILL(t *testing.T) {
 	env[procEnvHBTTL] = "1s"
 	env[procEnvAckFile] = ackFile
 	child := startProcHelper(t, "consume", env)
-	childConn := child.await("READY", 20*time.Second, nil).get("conn")
+	childConn := child.await("READY", procReadyTimeout, nil).get("conn")
 	heldMsg := child.await("HELD", 20*time.Second, nil)
 	if got := heldMsg.int("acked"); got != ackFirst {
 		t.Fatalf("child acked %d before holding, want %d", got, ackFirst)
@@ -655,6 +662,7 @@ func TestProcessCrashSIGKILL(t *testing.T) {
 // must say the connection was lost; it must not stop, but go on under a
 // fresh registration and consume what is published afterwards.
 func TestProcessZombieSIGSTOP(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	const (
 		m      = 50
 		extra  = 20
@@ -679,7 +687,7 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 	env[procEnvHBInterval] = hbTick.String()
 	env[procEnvHBTTL] = hbTTL.String()
 	child := startProcHelper(t, "zombie", env)
-	childConn := child.await("READY", 20*time.Second, nil).get("conn")
+	childConn := child.await("READY", procReadyTimeout, nil).get("conn")
 	child.await("HELD", 20*time.Second, nil)
 	st := mustStats(t, admin, queue).QueueStats[queue]
 	if cs := st.Connections[childConn]; !cs.Active || cs.UnackedCount != m || st.ReadyCount != 0 {
@@ -802,6 +810,7 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 // each, consumers resume and every delivery is acked by them; after the
 // connection stopped, a cleaner finds nothing and Redis holds nothing.
 func TestProcessRedisRestartMidRun(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	skipShort(t, "restarts Redis under consumer processes")
 	for _, how := range []string{"stop", "kill", "blips"} {
 		t.Run(how, func(t *testing.T) { procRestartScenario(t, how) })
@@ -1075,6 +1084,7 @@ func procRestartScenario(t *testing.T, how string) {
 // queue; one is killed mid-run while a cleaner runs every 200ms here. The
 // survivor finishes everything, including what the killed one held.
 func TestProcessKilledWhileAnotherConsumes(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	const (
 		n         = 3000
 		consumers = 2
@@ -1135,7 +1145,7 @@ func TestProcessKilledWhileAnotherConsumes(t *testing.T) {
 		env[procEnvHBTTL] = "2s"
 		env[procEnvAckFile] = filepath.Join(dir, tag)
 		h := startProcHelper(t, "consume", env)
-		return h, h.await("READY", 20*time.Second, nil).get("conn"), env[procEnvAckFile]
+		return h, h.await("READY", procReadyTimeout, nil).get("conn"), env[procEnvAckFile]
 	}
 	victim, victimConn, victimFile := start("victim")
 	survivor, survivorConn, survivorFile := start("survivor")

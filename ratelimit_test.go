@@ -357,6 +357,7 @@ func TestRateLimitHandlers(t *testing.T) {
 // more than 100 hand-outs, and the run hands out at least 95 % of the
 // limit.
 func TestRateLimitProcesses(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	skipShort(t, "runs consumer processes for seconds")
 	run := 8 * time.Second
 	if os.Getenv("REDQ_RATE_LONG") == "1" {
@@ -422,7 +423,7 @@ func TestRateLimitProcesses(t *testing.T) {
 		env[procEnvConsumers] = "4"
 		env[procEnvAckFile] = filepath.Join(dir, tag)
 		h := startProcHelper(t, "consume", env)
-		h.await("READY", 20*time.Second, nil)
+		h.await("READY", procReadyTimeout, nil)
 		children = append(children, h)
 	}
 	time.Sleep(run)

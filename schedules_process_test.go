@@ -57,6 +57,7 @@ func procChildSchedules() int {
 }
 
 func TestProcessSchedulesExactlyOnceUnderSIGKILL(t *testing.T) {
+	t.Parallel() // own redis-server or cluster; see docs/testing.md
 	skipShort(t, "runs schedule loops as processes for 10s or more")
 	n, run := 100, 10*time.Second
 	if os.Getenv("REDQ_SCHEDULES_LONG") == "1" {
@@ -81,7 +82,7 @@ func TestProcessSchedulesExactlyOnceUnderSIGKILL(t *testing.T) {
 		env[procEnvHBInterval] = "100ms"
 		env[procEnvHBTTL] = "1s"
 		h := startProcHelper(t, "schedules", env)
-		h.await("READY", 20*time.Second, nil)
+		h.await("READY", procReadyTimeout, nil)
 		children = append(children, h)
 	}
 

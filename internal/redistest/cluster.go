@@ -522,6 +522,9 @@ func nodeID(ctx context.Context, s *Server) (string, error) {
 	return v.(string), nil
 }
 
+// migrateTimeout is the timeout MoveKeys gives MIGRATE.
+const migrateTimeout = 5 * time.Second
+
 // MoveKeys moves up to n keys of the slot to the target and returns how
 // many it moved (0 when none are left in the source).
 func (m *Migration) MoveKeys(ctx context.Context, n int) (int, error) {
@@ -534,9 +537,14 @@ func (m *Migration) MoveKeys(ctx context.Context, n int) (int, error) {
 		return 0, nil
 	}
 	host, port, _ := strings.Cut(m.To.Addr(), ":")
-	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	args := []any{"MIGRATE", host, port, "", 0, migrateTimeout.Milliseconds(), "KEYS"}
 	args = append(args, keys...)
-	if _, err := do(ctx, m.From, args...); err != nil {
+	// The reply may take as long as MIGRATE's own timeout, longer than a
+	// node client waits for one (a loaded machine runs the nodes slowly).
+	cl := redis.NewClient(&redis.Options{Addr: m.From.Addr(), MaxRetries: -1, DialTimeout: time.Second,
+		ReadTimeout: migrateTimeout + 2*time.Second, WriteTimeout: 2 * time.Second})
+	defer cl.Close()
+	if err := cl.Do(ctx, args...).Err(); err != nil {
 		return 0, fmt.Errorf("redistest: MIGRATE: %w", err)
 	}
 	return len(keys), nil
