@@ -61,6 +61,15 @@ func (c *schedClock) pass(d time.Duration) {
 	time.Sleep(d)
 }
 
+// until returns how long it is from now to t on the clock: miniredis's
+// set time, or the wall clock on real Redis.
+func (c *schedClock) until(t time.Time) time.Duration {
+	if c.b.mini != nil {
+		return t.Sub(c.now)
+	}
+	return time.Until(t)
+}
+
 // schedNothingReady asserts that nothing can be taken from q right now.
 func schedNothingReady(t testing.TB, q Queue, what string) {
 	t.Helper()

@@ -397,7 +397,13 @@ func TestScheduleStagedTickIsFinished(t *testing.T) {
 				s := openSchedules(t, dead, "staged")
 				ctx := context.Background()
 				mustSchedule(t, s, "x", "@every 1s", "x")
-				clock.pass(1100 * time.Millisecond)
+				// to just after the first tick: a later second would
+				// make the fire publish that one (the latest due)
+				info, err := s.Lookup(ctx, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				clock.pass(clock.until(info.Next) + 100*time.Millisecond)
 				ds, err := s.q.TakeBatch(ctx, 10, 0)
 				if err != nil {
 					t.Fatal(err)
