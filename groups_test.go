@@ -3,6 +3,10 @@ package redq
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -79,5 +83,186 @@ func TestGroupFIFOAndConcurrencyOne(t *testing.T) {
 		}
 		wantCounts(t, c, "g", 0, 0, 0)
 		groupsClean(t, q)
+	})
+}
+
+// putGroup publishes payloads into group g of the queue named name in one
+// call, through a handle whose default is Group(g).
+func putGroup(t testing.TB, c Connection, name, g string, payloads ...string) {
+	t.Helper()
+	q, err := c.OpenQueue(name, WithPublishDefaults(Group(g)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Publish(payloads...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Many consumers in one process never run more than K deliveries of a
+// group at a time; with K=1 each group's deliveries run in publish order.
+func TestGroupConcurrencyManyConsumers(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) { testGroupConcurrency(t, k) })
+	}
+}
+
+func testGroupConcurrency(t *testing.T, k int) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "g", namespace())
+		const groups, per = 4, 30
+		q, err := c.OpenQueue("many", WithGroupConcurrency(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := 0; g < groups; g++ {
+			var ps []string
+			for i := 0; i < per; i++ {
+				ps = append(ps, fmt.Sprintf("%d/%03d", g, i))
+			}
+			putGroup(t, c, "many", strconv.Itoa(g), ps...)
+		}
+		var mu sync.Mutex
+		running := map[string]int{}
+		next := map[string]int{}
+		var worst int
+		var order []string
+		done := make(chan struct{})
+		total := 0
+		if err := q.StartConsuming(10, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 12; i++ {
+			if _, err := q.AddConsumerFunc("c", func(d Delivery) {
+				g, n, _ := strings.Cut(d.Payload(), "/")
+				mu.Lock()
+				running[g]++
+				worst = max(worst, running[g])
+				if i, _ := strconv.Atoi(n); i != next[g] {
+					order = append(order, d.Payload())
+				}
+				next[g]++
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				mu.Lock()
+				running[g]--
+				mu.Unlock()
+				if err := d.Ack(); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				total++
+				if total == groups*per {
+					close(done)
+				}
+				mu.Unlock()
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("consumed %d of %d", total, groups*per)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if worst > k {
+			t.Fatalf("up to %d deliveries of one group ran at once, want at most %d", worst, k)
+		}
+		if k > 1 && worst < 2 {
+			t.Fatalf("at most %d of a group ran at once with K=%d and 12 consumers: K is not used", worst, k)
+		}
+		if k == 1 && len(order) > 0 {
+			t.Fatalf("started out of publish order: %v", order)
+		}
+		wantCounts(t, c, "many", 0, 0, 0)
+		groupsClean(t, q.(*redisQueue))
+	})
+}
+
+// A group with 100,000 pending deliveries, published first, does not
+// starve 50 groups with 10 each: every small group's first delivery is
+// among the first 60 hand-outs (the groups take turns), though K lets the
+// big group run many at once.
+func TestGroupFairness(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "g", namespace())
+		q, err := c.OpenQueue("fair", WithGroupConcurrency(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := make([]string, 100_000)
+		for i := range big {
+			big[i] = "big"
+		}
+		for i := 0; i < len(big); i += 10_000 {
+			putGroup(t, c, "fair", "big", big[i:i+10_000]...)
+		}
+		for g := 0; g < 50; g++ {
+			ps := make([]string, 10)
+			for i := range ps {
+				ps[i] = fmt.Sprintf("s%d", g)
+			}
+			putGroup(t, c, "fair", fmt.Sprintf("s%d", g), ps...)
+		}
+		got := take(t, q.(*redisQueue), 60)
+		firsts := map[string]int{}
+		for i, d := range got {
+			if _, ok := firsts[d.Payload()]; !ok {
+				firsts[d.Payload()] = i
+			}
+		}
+		for g := 0; g < 50; g++ {
+			if _, ok := firsts[fmt.Sprintf("s%d", g)]; !ok {
+				t.Fatalf("group s%d not among the first 60 hand-outs: %v", g, firsts)
+			}
+		}
+		if len(firsts) != 51 {
+			t.Fatalf("%d groups among the first 60 hand-outs, want 51", len(firsts))
+		}
+	})
+}
+
+// Plain and grouped deliveries of one queue take turns: neither starves
+// the other, whichever was published first.
+func TestGroupMixedWithPlain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "g", namespace())
+		q, err := c.OpenQueue("mixed", WithGroupConcurrency(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := make([]string, 200)
+		for i := range plain {
+			plain[i] = "plain"
+		}
+		if err := q.Publish(plain...); err != nil {
+			t.Fatal(err)
+		}
+		grouped := make([]string, 200)
+		for i := range grouped {
+			grouped[i] = "grouped"
+		}
+		putGroup(t, c, "mixed", "g", grouped...)
+		if err := q.Publish(plain...); err != nil {
+			t.Fatal(err)
+		}
+		rq := q.(*redisQueue)
+		n := map[string]int{}
+		// one at a time (Take), and in batches
+		for i := 0; i < 10; i++ {
+			d := mustTake(t, q, time.Second)
+			n[d.Payload()]++
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range take(t, rq, 40) {
+			n[d.Payload()]++
+		}
+		if n["plain"] < 20 || n["grouped"] < 20 {
+			t.Fatalf("the first 50 hand-outs: %v, want both kinds taking turns", n)
+		}
 	})
 }
