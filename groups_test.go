@@ -7,8 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // groupsClean fails the test unless q holds no group state: no pending
@@ -265,4 +268,238 @@ func TestGroupMixedWithPlain(t *testing.T) {
 			t.Fatalf("the first 50 hand-outs: %v, want both kinds taking turns", n)
 		}
 	})
+}
+
+// wantInFlight fails the test unless group g of q has n in flight.
+func wantInFlight(t testing.TB, q *redisQueue, g string, n int64) {
+	t.Helper()
+	if got := inFlight(t, q, g); got != n {
+		t.Fatalf("group %s: %d in flight, want %d", g, got, n)
+	}
+}
+
+// Every way a grouped take leaves its connection frees the group's slot
+// exactly once: release (to the front of the line, or later), reject,
+// a lease that ran out, the cleaner, Push to another queue, and the
+// hand-back of a stopping consumer's buffer. At the end nothing is in
+// flight and nothing is left.
+func TestGroupReturnsFreeTheSlot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "g", ns)
+		q := openQueue(t, c, "ret")
+		clock := &redisClock{b: b}
+		ttr := 300 * time.Millisecond
+		if b.mini != nil {
+			ttr = time.Minute
+			clock.freeze()
+		}
+		next := func(want string) Message {
+			t.Helper()
+			d := mustTake(t, q, 2*time.Second)
+			if d.Payload() != want {
+				t.Fatalf("took %q, want %q", d.Payload(), want)
+			}
+			return d
+		}
+		nothing := func() {
+			t.Helper()
+			if d, err := q.Take(ctx, 0); !errors.Is(err, ErrorTimeout) {
+				t.Fatalf("took %v (%v) while the group's slot is held", d, err)
+			}
+		}
+		for _, p := range []string{"a1", "a2", "a3"} {
+			mustPut(t, q, p, Group("a"))
+		}
+
+		// release at once: back to the front of the line
+		d := next("a1")
+		wantInFlight(t, q, "a", 1)
+		nothing()
+		if err := d.Release(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "a", 0)
+		d = next("a1")
+		if d.Attempts() != 2 {
+			t.Fatalf("released delivery: attempts %d, want 2", d.Attempts())
+		}
+		// reject: the slot is free, a2 is next
+		if err := d.Reject(); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "a", 0)
+		d = next("a2")
+		// release later: the slot is free at once, a3 is next
+		if err := d.Release(ctx, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "a", 0)
+		d = next("a3")
+		wantInFlight(t, q, "a", 1)
+
+		// push to another queue: it joins the group there
+		q2 := openQueue(t, c, "ret2")
+		q.SetPushQueue(q2)
+		if err := d.Push(); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "a", 0)
+		if st := mustStats(t, c, "ret2").QueueStats["ret2"]; st.ReadyCount != 1 || st.GroupsPending != 1 {
+			t.Fatalf("push queue: %+v, want the delivery pending in its group", st)
+		}
+		d = mustTake(t, q2, time.Second)
+		if d.Payload() != "a3" {
+			t.Fatalf("push queue handed out %q", d.Payload())
+		}
+		wantInFlight(t, q2, "a", 1)
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+
+		// a lease that runs out: back to the front, slot free
+		mustPut(t, q, "b1", Group("b"), TTR(ttr))
+		mustPut(t, q, "b2", Group("b"))
+		d = next("b1")
+		wantInFlight(t, q, "b", 1)
+		clock.advance(ttr + 100*time.Millisecond)
+		d = next("b1")
+		if d.Attempts() != 2 {
+			t.Fatalf("after the lease: attempts %d, want 2", d.Attempts())
+		}
+		wantInFlight(t, q, "b", 1)
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		d = next("b2")
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "b", 0)
+
+		// the cleaner returns what a dead connection held
+		dead := openT(t, b, "dead", ns)
+		qd := openQueue(t, dead, "ret")
+		mustPut(t, q, "c1", Group("c"))
+		mustPut(t, q, "c2", Group("c"))
+		if got := mustTake(t, qd, time.Second); got.Payload() != "c1" {
+			t.Fatalf("took %q, want c1", got.Payload())
+		}
+		wantInFlight(t, q, "c", 1)
+		nothing()
+		pause(t, b, dead)
+		if _, err := NewCleaner(c).Clean(); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, q, "c", 0)
+		d = next("c1")
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		d = next("c2")
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+
+		// a stopping consumer hands back its buffer: K=6; another
+		// connection holds d1 throughout, so that a slot freed twice
+		// would show
+		q6, err := c.OpenQueue("ret5", WithGroupConcurrency(6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		putGroup(t, c, "ret5", "d", "d1", "d2", "d3", "d4", "d5", "d6", "d7")
+		r5 := q6.(*redisQueue)
+		other := openT(t, b, "other", ns)
+		d1 := mustTake(t, openQueue(t, other, "ret5"), time.Second)
+		q5 := openQueue(t, c, "ret5")
+		if err := q5.StartConsuming(5, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		// the consumer holds the first until the stop began; should the
+		// loop hand it more before it sees the stop, it acks them
+		gotFirst, release := make(chan Delivery, 1), make(chan struct{})
+		var extra atomic.Int64
+		var firstOnce sync.Once
+		if _, err := q5.AddConsumerFunc("blocked", func(d Delivery) {
+			isFirst := false
+			firstOnce.Do(func() { isFirst = true })
+			if !isFirst {
+				extra.Add(1)
+				if err := d.Ack(); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			gotFirst <- d
+			<-release
+			if err := d.Ack(); err != nil {
+				t.Error(err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got := (<-gotFirst).Payload(); got != "d2" {
+			t.Fatalf("the consumer got %q first, want d2", got)
+		}
+		eventually(t, "the buffer filled", func() bool { return inFlight(t, r5, "d") == 6 })
+		stopped := q5.StopConsuming()
+		close(release)
+		<-stopped
+		wantInFlight(t, r5, "d", 1)
+		if err := d1.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantInFlight(t, r5, "d", 0)
+		for _, want := range []string{"d3", "d4", "d5", "d6", "d7"}[extra.Load():] {
+			d := mustTake(t, q6, time.Second)
+			if d.Payload() != want {
+				t.Fatalf("after the hand-back took %q, want %q", d.Payload(), want)
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// the rejected a1 comes back into its group; the released a2 is due
+		// in an hour
+		if n, err := q.ReturnRejected(10); err != nil || n != 1 {
+			t.Fatalf("ReturnRejected: %d, %v", n, err)
+		}
+		d = next("a1")
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, c, "ret", 0, 0, 0)
+		if st := mustStats(t, c, "ret").QueueStats["ret"]; st.DelayedCount != 1 {
+			t.Fatalf("delayed: %d, want the released a2", st.DelayedCount)
+		}
+		if b.mini != nil {
+			clock.advance(time.Hour)
+		} else {
+			// real Redis: make it due by hand instead of waiting an hour
+			if err := b.client.ZAdd(ctx, q.keys.block[2], redis.Z{Score: 1, Member: mustZFirst(t, b, q)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d = next("a2")
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		for _, rq := range []*redisQueue{q, q2, r5} {
+			groupsClean(t, rq)
+			wantCounts(t, c, rq.name, 0, 0, 0)
+		}
+	})
+}
+
+// mustZFirst returns the first member of q's delayed set.
+func mustZFirst(t testing.TB, b backend, q *redisQueue) string {
+	t.Helper()
+	m, err := b.client.ZRange(context.Background(), q.keys.block[2], 0, 0).Result()
+	if err != nil || len(m) != 1 {
+		t.Fatalf("delayed set: %v, %v", m, err)
+	}
+	return m[0]
 }

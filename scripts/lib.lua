@@ -851,11 +851,14 @@ local function grouped()
   end
 
   -- One of group g's deliveries in flight is over: its slot is free.
+  -- (Each path calls it once per take that leaves a connection's
+  -- storage, right after the HDEL that proves it held the take; a count
+  -- below zero would show a path that freed a slot twice, and is kept
+  -- for the stats to show.)
   local function leave(P, g)
     local r = redis.call('HINCRBY', P.grun, g, -1)
-    if r <= 0 then
+    if r == 0 then
       redis.call('HDEL', P.grun, g)
-      r = 0
     end
     return r
   end
