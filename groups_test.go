@@ -503,3 +503,196 @@ func mustZFirst(t testing.TB, b backend, q *redisQueue) string {
 	}
 	return m[0]
 }
+
+// A per-group rate holds per group, by Redis's clock, while other groups
+// go on; consumers wait for the next allowed hand-out without polling.
+func TestGroupRateLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		admin := openT(t, b, "admin", ns)
+		const n, per = 3, time.Second
+		qa, err := admin.OpenQueue("rated", WithGroupConcurrency(100), WithGroupRateLimit(n, per))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rqa := qa.(*redisQueue)
+		for _, g := range []string{"a", "b"} {
+			ps := make([]string, 3*n)
+			for i := range ps {
+				ps[i] = g
+			}
+			putGroup(t, admin, "rated", g, ps...)
+		}
+		// all that may go now: n of each group, then nothing
+		got := take(t, rqa, 2*n)
+		per2 := map[string]int{}
+		for _, d := range got {
+			per2[d.Payload()]++
+		}
+		if per2["a"] != n || per2["b"] != n {
+			t.Fatalf("first hand-outs: %v, want %d of each group", per2, n)
+		}
+		if d, err := qa.Take(context.Background(), 0); !errors.Is(err, ErrorTimeout) {
+			t.Fatalf("a hand-out beyond the rate: %v, %v", d, err)
+		}
+		ackAll(t, got)
+
+		// consumers on a client that counts fetch calls
+		opts := b.client.(*redis.Client).Options()
+		client := redis.NewClient(&redis.Options{Addr: opts.Addr})
+		t.Cleanup(func() { client.Close() })
+		h := &fetchCounter{}
+		client.AddHook(h)
+		worker, err := openConn(client, "worker", nil, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-worker.StopAllConsuming() })
+		qw := openQueue(t, worker, "rated")
+		const poll = 400 * time.Millisecond
+		if err := qw.StartConsuming(10, poll); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		times := map[string][]time.Time{}
+		total := 0
+		for i := 0; i < 3; i++ {
+			if _, err := qw.AddConsumerFunc("c", func(d Delivery) {
+				mu.Lock()
+				times[d.Payload()] = append(times[d.Payload()], time.Now())
+				total++
+				mu.Unlock()
+				_ = d.Ack()
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		before := h.n.Load()
+		time.Sleep(per / 2)
+		// (a wait on miniredis, which has no CLIENT ID, lasts shortWait)
+		wait := poll
+		if b.mini != nil {
+			wait = shortWait
+		}
+		if fetches := h.n.Load() - before; fetches > int64(per/2/wait)+3 {
+			t.Fatalf("%d fetches in %v while both groups waited for their rate, want a few", fetches, per/2)
+		}
+		eventually(t, "the rest consumed", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return total == 4*n
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		for g, ts := range times {
+			if len(ts) != 2*n {
+				t.Fatalf("group %s: %d hand-outs, want %d", g, len(ts), 2*n)
+			}
+			// the second round waits for the first to leave the window
+			// (measured on this process's clock, with room for its lag)
+			if d := ts[n].Sub(start); d < per/2 {
+				t.Fatalf("group %s: its %d-th hand-out came %v after the first %d, within the window", g, n+1, d, n)
+			}
+		}
+		groupsClean(t, rqa)
+	})
+}
+
+// A grouped delivery with Delay joins its group's line when due; until
+// then the group's other deliveries go on.
+func TestGroupDelay(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		c := openT(t, b, "g", namespace())
+		q := openQueue(t, c, "later")
+		clock := &redisClock{b: b}
+		clock.freeze()
+		mustPut(t, q, "late", Group("a"), Delay(300*time.Millisecond))
+		mustPut(t, q, "now", Group("a"))
+		if st := mustStats(t, c, "later").QueueStats["later"]; st.DelayedCount != 1 || st.ReadyCount != 1 {
+			t.Fatalf("stats: %+v", st)
+		}
+		d := mustTake(t, q, time.Second)
+		if d.Payload() != "now" {
+			t.Fatalf("took %q, want now", d.Payload())
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(300 * time.Millisecond)
+		d = mustTake(t, q, 2*time.Second)
+		if d.Payload() != "late" {
+			t.Fatalf("took %q, want late", d.Payload())
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		groupsClean(t, q)
+	})
+}
+
+// Consumers do not poll while every group with pending deliveries is
+// full; an ack that frees a slot wakes them at once.
+func TestGroupFullDoesNotPoll(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		admin := openT(t, b, "admin", ns)
+		qa := openQueue(t, admin, "full")
+		putGroup(t, admin, "full", "a", "a1", "a2")
+		held := mustTake(t, qa, time.Second)
+
+		opts := b.client.(*redis.Client).Options()
+		client := redis.NewClient(&redis.Options{Addr: opts.Addr})
+		t.Cleanup(func() { client.Close() })
+		h := &fetchCounter{}
+		client.AddHook(h)
+		worker, err := openConn(client, "worker", nil, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-worker.StopAllConsuming() })
+		qw := openQueue(t, worker, "full")
+		const poll = 400 * time.Millisecond
+		if err := qw.StartConsuming(10, poll); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 2)
+		if _, err := qw.AddConsumerFunc("c", func(d Delivery) {
+			got <- d.Payload()
+			_ = d.Ack()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		before := h.n.Load()
+		time.Sleep(time.Second)
+		// (a wait on miniredis, which has no CLIENT ID, lasts shortWait)
+		wait := poll
+		if b.mini != nil {
+			wait = shortWait
+		}
+		if fetches := h.n.Load() - before; fetches > int64(time.Second/wait)+2 {
+			t.Fatalf("%d fetches in a second while the only group was full", fetches)
+		}
+		select {
+		case p := <-got:
+			t.Fatalf("handed out %q while the group was full", p)
+		default:
+		}
+		acked := time.Now()
+		if err := held.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-got:
+			if p != "a2" {
+				t.Fatalf("got %q, want a2", p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the ack that freed the slot did not wake the consumer")
+		}
+		if b.mini == nil && time.Since(acked) > poll {
+			t.Fatalf("woke %v after the ack, want at once (not a poll later)", time.Since(acked))
+		}
+	})
+}
