@@ -307,15 +307,13 @@ func (k queueKeys) meta() string { return k.block[5] }
 // fold_fast in scripts/lib.lua).
 func (k queueKeys) pub() string { return k.block[queueBlockLen-1-groupKeys] }
 
-// gitems, gidx, grun and gwait are the group keys (see the layout above)
-// that stats and the Inspector read.
+// gitems, gidx and grun are the group keys (see the layout above) that
+// tests and benchmarks read.
 func (k queueKeys) gitems() string { return k.block[queueBlockLen-groupKeys] }
 
 func (k queueKeys) gidx() string { return k.block[queueBlockLen-groupKeys+1] }
 
 func (k queueKeys) grun() string { return k.block[queueBlockLen-groupKeys+3] }
-
-func (k queueKeys) gwait() string { return k.block[queueBlockLen-groupKeys+4] }
 
 // resume is the list that a Resume pushes a marker into, to wake the
 // consumers that wait while the queue is paused (see scripts/pause.lua).
