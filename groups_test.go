@@ -700,3 +700,55 @@ func TestGroupFullDoesNotPoll(t *testing.T) {
 		}
 	})
 }
+
+// Purging ready (the queue's PurgeReady and the Inspector's Purge)
+// removes pending grouped deliveries and counts them; a delivery in
+// flight keeps its slot until it is settled. Drain takes grouped
+// deliveries after the ready lists.
+func TestGroupPurgeAndDrain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		c := openT(t, b, "g", ns)
+		q := openQueue(t, c, "purge")
+		insp, err := NewInspector(b.client, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		putGroup(t, c, "purge", "a", "a1", "a2", "a3")
+		putGroup(t, c, "purge", "b", "b1")
+		if err := q.Publish("plain"); err != nil {
+			t.Fatal(err)
+		}
+		held := mustTake(t, q, time.Second) // plain or a grouped one
+		n, err := insp.Purge(ctx, "purge", StateReady)
+		if err != nil || n != 4 {
+			t.Fatalf("Inspector purge of ready: %d, %v; want 4", n, err)
+		}
+		if st := mustStats(t, c, "purge").QueueStats["purge"]; st.ReadyCount != 0 || st.GroupsPending != 0 {
+			t.Fatalf("after the purge: %+v", st)
+		}
+		if err := held.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		groupsClean(t, q)
+
+		putGroup(t, c, "purge", "a", "a4", "a5")
+		if err := q.Publish("p2"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := q.Drain(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || got[0] != "p2" || got[1] != "a4" || got[2] != "a5" {
+			t.Fatalf("Drain: %q, want p2, a4, a5", got)
+		}
+		putGroup(t, c, "purge", "c", "c1")
+		if n, err := q.PurgeReady(); err != nil || n != 1 {
+			t.Fatalf("PurgeReady: %d, %v; want 1", n, err)
+		}
+		wantCounts(t, c, "purge", 0, 0, 0)
+		groupsClean(t, q)
+	})
+}
