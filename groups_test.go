@@ -752,3 +752,29 @@ func TestGroupPurgeAndDrain(t *testing.T) {
 		groupsClean(t, q)
 	})
 }
+
+// The test doubles take the group options and refuse what the real queue
+// refuses.
+func TestGroupTestDoubles(t *testing.T) {
+	ctx := context.Background()
+	c := NewTestConnection()
+	q, err := c.OpenQueue("q", WithGroupConcurrency(2), WithGroupRateLimit(5, time.Second), WithoutGroupRateLimit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(ctx, []byte("x"), Group("g")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.OpenQueue("q", WithGroupConcurrency(0)); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("K=0 on a test double: %v", err)
+	}
+	if err := q.Put(ctx, []byte("x"), Group("g"), Priority(1)); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("Group with Priority on a test double: %v", err)
+	}
+	if _, err := q.Upsert(ctx, "k", []byte("x"), Group("g")); !errors.Is(err, ErrorInvalidArgument) {
+		t.Fatalf("Upsert with Group on a test double: %v", err)
+	}
+	if got := c.GetDeliveries("q"); len(got) != 1 || got[0] != "x" {
+		t.Fatalf("recorded %v", got)
+	}
+}
