@@ -81,7 +81,7 @@ func TestGroupProcessKill(t *testing.T) {
 		env[procEnvHBTTL] = "1s"
 		env[procEnvAckFile] = filepath.Join(dir, tag)
 		h := startProcHelper(t, "consume", env)
-		return h, h.await("READY", 20*time.Second, nil).get("conn"), env[procEnvAckFile]
+		return h, h.await("READY", 60*time.Second, nil).get("conn"), env[procEnvAckFile]
 	}
 	victim, victimConn, victimFile := start("victim")
 	survivor, _, survivorFile := start("survivor")
