@@ -170,3 +170,72 @@ func TestBadConnectionOptions(t *testing.T) {
 	_, err = Open(context.Background(), "tag", nil, nil)
 	wantArgError(t, "nil client", err)
 }
+
+// Bad group input is an *ArgumentError naming the field, and changes
+// nothing in Redis: an empty or oversized group, Group with Priority or
+// Upsert, K out of range, a bad per-group rate.
+func TestGroupBadInput(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "bad", namespace())
+		q, err := c.OpenQueue("kept", WithGroupConcurrency(2), WithGroupRateLimit(3, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, q, "x", Group("g"))
+		before := snapshot(t, b, c)
+		wantArg := func(what, arg string, err error) {
+			t.Helper()
+			var ae *ArgumentError
+			if !errors.As(err, &ae) || ae.Arg != arg {
+				t.Fatalf("%s: %v, want an *ArgumentError for %q", what, err, arg)
+			}
+		}
+		long := strings.Repeat("g", MaxKeyLength+1)
+		wantArg("Group(\"\")", "group", q.Put(ctx, []byte("p"), Group("")))
+		wantArg("Group(long)", "group", q.Put(ctx, []byte("p"), Group(long)))
+		wantArg("Group with Priority", "priority", q.Put(ctx, []byte("p"), Group("g"), Priority(3)))
+		_, err = q.Upsert(ctx, "k", []byte("p"), Group("g"))
+		wantArg("Upsert with Group", "group", err)
+		_, err = c.OpenQueue("fresh", WithPublishDefaults(Group("")))
+		wantArg("WithPublishDefaults(Group(\"\"))", "group", err)
+		for _, k := range []int{0, -1, MaxGroupConcurrency + 1} {
+			for _, name := range []string{"fresh", "kept"} {
+				_, err := c.OpenQueue(name, WithGroupConcurrency(k))
+				wantArg("WithGroupConcurrency", "group concurrency", err)
+			}
+		}
+		for _, tc := range []struct {
+			n   int64
+			per time.Duration
+			arg string
+		}{
+			{0, time.Second, "group rate limit n"},
+			{-1, time.Second, "group rate limit n"},
+			{MaxGroupRateLimitN + 1, time.Second, "group rate limit n"},
+			{1, 0, "group rate limit per"},
+			{1, -time.Second, "group rate limit per"},
+			{1, 1500 * time.Microsecond, "group rate limit per"},
+			{1, MaxRateLimitPer + time.Millisecond, "group rate limit per"},
+		} {
+			for _, name := range []string{"fresh", "kept"} {
+				_, err := c.OpenQueue(name, WithGroupRateLimit(tc.n, tc.per))
+				wantArg("WithGroupRateLimit", tc.arg, err)
+			}
+		}
+		sameSnapshot(t, "bad group input", before, snapshot(t, b, c))
+		st := mustStats(t, c, "kept").QueueStats["kept"]
+		if st.GroupConcurrency != 2 || st.GroupRateLimit != (RateLimit{N: 3, Per: time.Second}) || st.GroupsPending != 1 || st.ReadyCount != 1 {
+			t.Fatalf("stats after bad input: %+v", st)
+		}
+		// the settings are the queue's: another handle without them keeps
+		// them, and WithoutGroupRateLimit removes the rate
+		if _, err := c.OpenQueue("kept", WithoutGroupRateLimit()); err != nil {
+			t.Fatal(err)
+		}
+		st = mustStats(t, c, "kept").QueueStats["kept"]
+		if st.GroupConcurrency != 2 || !st.GroupRateLimit.IsZero() {
+			t.Fatalf("stats after WithoutGroupRateLimit: %+v", st)
+		}
+	})
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -281,11 +280,12 @@ func (p *fieldPool) put(f string) {
 	p.mu.Unlock()
 }
 
-// anyKeyed reports whether a take of ids is of a keyed item (its field
-// ends with 'k': see fetch.lua).
+// anyKeyed reports whether a take of ids is of a keyed item or of a
+// group (its field ends with 'k' or 'g': see fetch.lua): its ack needs
+// settle.lua, which updates the key or frees the group's slot.
 func anyKeyed(ids []string) bool {
 	for _, id := range ids {
-		if strings.HasSuffix(id, "k") {
+		if c := id[len(id)-1]; c == 'k' || c == 'g' {
 			return true
 		}
 	}

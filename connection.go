@@ -580,6 +580,7 @@ func (c *redisConnection) openQueue(ctx context.Context, name string, opts ...Qu
 	if o.rate != nil {
 		setRateLimit(ctx, pipe, q.keys, *o.rate)
 	}
+	setGroupOptions(ctx, pipe, q.keys, o)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, errorf("redq: open queue %q: %w", name, err)
 	}

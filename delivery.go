@@ -144,11 +144,15 @@ func (d *redisDelivery) String() string         { return fmt.Sprintf("[%s %x]", 
 
 // ref names this take of the delivery to the scripts: its field in the
 // connection's unacked hash, the id followed by the take's fence, and 'k'
-// for a keyed item (see fetch.lua). A later take of the same delivery has
-// another fence, so a verb on this handle can never act on it.
+// for a keyed item or 'g' for a grouped delivery (see fetch.lua). A later
+// take of the same delivery has another fence, so a verb on this handle
+// can never act on it.
 func (d *redisDelivery) ref() string {
 	if d.key != "" {
 		return d.id + d.fence + "k"
+	}
+	if d.group != "" {
+		return d.id + d.fence + "g"
 	}
 	return d.id + d.fence
 }

@@ -56,6 +56,10 @@
 //     [HeaderError] header, and [Queue.ReturnRejected] brings it back.
 //   - Rate limits: [WithRateLimit] hands out at most n deliveries of a
 //     queue in any window, across every process, by Redis's clock.
+//   - Groups (per-tenant concurrency, fair across tenants): [Group] puts a
+//     delivery in a group; [WithGroupConcurrency] runs at most K of a group
+//     at a time, the groups take turns, and [WithGroupRateLimit] caps each
+//     group's rate.
 //   - Keyed deliveries (debounce, throttle, dedupe): [Queue.Upsert],
 //     [Queue.Lookup], [Queue.RunNow], [Queue.Cancel].
 //   - Timers: [Connection.OpenTimers]. Cron schedules, each tick published

@@ -18,6 +18,7 @@ import (
 //	0x01 | id[16] | payload
 //	0x03 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen;" | headers JSON | payload
 //	0x04 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen,keyLen,due;" | key | headers JSON | payload
+//	0x06 | id[16] | "attempts,priority,ttr,ttl,expireAt,headerLen,groupLen,0;" | group | headers JSON | payload
 //
 // The numbers are decimal: attempts counts how often the delivery went back
 // to ready after it was taken (released, lease lost, connection dead);
@@ -29,7 +30,9 @@ import (
 // attempt. A keyed item (Upsert) is format 4: it also carries its key and
 // its due time (Redis ms), which the scripts set. While a keyed item waits
 // in the delayed set or a ready list, it is represented there by a stub
-// (0x05, see scripts/lib.lua), never by its envelope.
+// (0x05, see scripts/lib.lua), never by its envelope. A delivery of a
+// group (see Group) is format 6, laid out as format 4 with the group in
+// place of the key (its due field is unused, 0).
 //
 // The id makes deliveries with byte-identical payloads distinct, so Ack,
 // Reject and Push act on exactly one of them. Its first 6 bytes are the
@@ -42,6 +45,7 @@ const (
 	envPlain    byte = 0x01
 	envMeta     byte = 0x03
 	envKeyed    byte = 0x04
+	envGrouped  byte = 0x06
 	idLen            = 16
 	envFixedLen      = 1 + idLen
 )
@@ -77,11 +81,12 @@ type meta struct {
 	header   http.Header
 	key      string // a keyed item's key (format 4); "" for others
 	due      int64  // a keyed item's due time, Redis ms (format 4)
+	group    string // the group of a grouped delivery (format 6); "" for others
 }
 
 // plain reports whether m needs no metadata at all (format 1).
 func (m meta) plain() bool {
-	return m.attempts == 0 && m.priority == 0 && m.ttr == 0 && m.ttl == 0 && m.expireAt == 0 && len(m.header) == 0 && m.key == ""
+	return m.attempts == 0 && m.priority == 0 && m.ttr == 0 && m.ttl == 0 && m.expireAt == 0 && len(m.header) == 0 && m.key == "" && m.group == ""
 }
 
 // encodeEnvelope builds the stored form of one delivery.
@@ -115,6 +120,12 @@ func appendMeta(b []byte, m meta, headerLen int) []byte {
 		b = append(b, ';')
 		return append(b, m.key...)
 	}
+	if m.group != "" {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(len(m.group)), 10)
+		b = append(b, ",0;"...)
+		return append(b, m.group...)
+	}
 	return append(b, ';')
 }
 
@@ -139,8 +150,11 @@ func decodeEnvelope(s string) (env envelope, ok bool) {
 	case envPlain:
 		env.payload = s[envFixedLen:]
 		return env, true
-	case envMeta, envKeyed:
-		if m, rest, ok := parseMeta(s[envFixedLen:], s[0] == envKeyed); ok {
+	case envMeta, envKeyed, envGrouped:
+		if m, rest, ok := parseMeta(s[envFixedLen:], s[0] != envMeta); ok {
+			if s[0] == envGrouped {
+				m.group, m.key, m.due = m.key, "", 0
+			}
 			env.meta = m
 			env.payload = rest
 			return env, true
@@ -222,10 +236,13 @@ func encodeWithID(id string, m meta, payload []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b := make([]byte, 0, envFixedLen+60+len(m.key)+len(hj)+len(payload))
-	if m.key != "" {
+	b := make([]byte, 0, envFixedLen+60+len(m.key)+len(m.group)+len(hj)+len(payload))
+	switch {
+	case m.key != "":
 		b = append(b, envKeyed)
-	} else {
+	case m.group != "":
+		b = append(b, envGrouped)
+	default:
 		b = append(b, envMeta)
 	}
 	b = append(b, id...)

@@ -192,6 +192,13 @@ type QueueInfo struct {
 	// RateLimit is the queue's rate limit (see WithRateLimit); zero when
 	// it has none.
 	RateLimit RateLimit
+	// GroupsPending and GroupsRunning count the groups with pending
+	// deliveries and with deliveries in flight (see Group);
+	// GroupConcurrency is the queue's K and GroupRateLimit its per-group
+	// rate limit (see WithGroupConcurrency, WithGroupRateLimit).
+	GroupsPending, GroupsRunning int64
+	GroupConcurrency             int
+	GroupRateLimit               RateLimit
 	// Consumers counts the consumers of every connection; Connections
 	// the connections registered for the queue.
 	Consumers, Connections int64
@@ -277,7 +284,9 @@ func (i *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 func queueInfo(name string, q QueueStat) QueueInfo {
 	return QueueInfo{
 		Name: name, Ready: q.ReadyCount, Delayed: q.DelayedCount, Unacked: q.UnackedCount(), Rejected: q.RejectedCount,
-		KeyedPending: q.KeyedPending, Paused: q.Paused, RateLimit: q.RateLimit, Consumers: q.ConsumerCount(), Connections: q.ConnectionCount(),
+		KeyedPending: q.KeyedPending, Paused: q.Paused, RateLimit: q.RateLimit,
+		GroupsPending: q.GroupsPending, GroupsRunning: q.GroupsRunning, GroupConcurrency: q.GroupConcurrency, GroupRateLimit: q.GroupRateLimit,
+		Consumers: q.ConsumerCount(), Connections: q.ConnectionCount(),
 		Published: q.totals[0], Acked: q.totals[1], Rejects: q.totals[2], Retried: q.totals[3],
 	}
 }

@@ -218,10 +218,7 @@ func (i *Inspector) Overview(ctx context.Context) (Overview, error) {
 		if err != nil {
 			return fail(err)
 		}
-		qs := QueueStat{ReadyCount: c[0], RejectedCount: c[1], DelayedCount: c[2], ExpiredCount: c[3],
-			KeyedPending: c[4], KeyedRunning: c[5], KeyedParked: c[6], Paused: c[7] == 1, totals: [4]int64(c[8:12]),
-			RateLimit:   rateLimitOf(c[12], c[13]),
-			Connections: map[string]ConnectionStat{}}
+		qs := queueStatOf(c)
 		for conn, v := range q.consumers.Val() {
 			consumers, _ := strconv.ParseInt(v, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{UnackedCount: q.unacked[conn].Val(), ConsumerCount: consumers}

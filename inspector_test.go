@@ -180,7 +180,7 @@ func TestInspectorListAndActions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := QueueInfo{Name: "jobs", Connections: 1, Published: 7, Acked: 2, Rejects: 1, Retried: 1}
+		want := QueueInfo{Name: "jobs", Connections: 1, Published: 7, Acked: 2, Rejects: 1, Retried: 1, GroupConcurrency: DefaultGroupConcurrency}
 		if qi != want {
 			t.Fatalf("Queue: %+v\nwant   %+v", qi, want)
 		}

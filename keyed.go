@@ -162,6 +162,9 @@ func (q *redisQueue) Upsert(ctx context.Context, key string, payload []byte, opt
 			return 0, err
 		}
 	}
+	if o.group != "" {
+		return 0, argError("group", o.group, "does not combine with Upsert: a key runs one delivery at a time")
+	}
 	delay := o.delay
 	if !o.at.IsZero() {
 		delay = max(0, time.Until(o.at))

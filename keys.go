@@ -87,6 +87,24 @@ import (
 //	ns:{name}:moved                sorted set source|take -> Redis ms: the
 //	                               staged moves this queue applied, so that
 //	                               one applied again lands once (kept a day)
+//	ns:{name}:gitems               hash group\0seq -> envelope: the pending
+//	                               deliveries of groups (see Group), a
+//	                               group's line numbered head..tail-1
+//	ns:{name}:gidx                 hash group -> "head,tail,q": the line of
+//	                               each group with pending deliveries; q is
+//	                               1 while the group is in gring or gwait
+//	ns:{name}:gring                list: the ring of groups that may hand
+//	                               out now, each at most once (RPOP the
+//	                               next, LPUSH it back after its turn)
+//	ns:{name}:grun                 hash group -> deliveries in flight (taken,
+//	                               not yet settled or returned)
+//	ns:{name}:gwait                sorted set group -> Redis ms: when to look
+//	                               at a group again (its rate allows its
+//	                               next hand-out, or its rate log can go)
+//	ns:{name}:glog                 hash group -> its rate log: "next;" and a
+//	                               ring of 13-digit hand-out times (Redis
+//	                               ms), one slot per hand-out the rate
+//	                               allows (see WithGroupRateLimit)
 //
 // A timer set keeps the same keys under ns:{timers:name}, and a schedule
 // set under ns:{schedules:name}, with one more key: ns:{schedules:name}:defs,
@@ -184,15 +202,19 @@ type queueKeys struct {
 	// order the queue scripts take them as KEYS (see queue_at in
 	// scripts/lib.lua): ready, levels, delayed, leases, rejected, meta,
 	// consumers, fence, seq, kpend, krun, kpark, kver, outbox, moved, then
-	// the ready lists of priorities 1..MaxPriority, then pub. Built once;
-	// never changed.
+	// the ready lists of priorities 1..MaxPriority, then pub, then the
+	// group keys gitems, gidx, gring, grun, gwait, glog. Built once; never
+	// changed.
 	outbox string
 	block  []string
 }
 
 // queueBlockLen is the number of keys in a queue's block (QLEN in
 // scripts/lib.lua).
-const queueBlockLen = 16 + MaxPriority
+const queueBlockLen = 16 + MaxPriority + groupKeys
+
+// groupKeys is the number of group keys at the end of a queue's block.
+const groupKeys = 6
 
 func newQueueKeys(ns, name string) queueKeys {
 	if name != "" && name[0] == '{' {
@@ -214,6 +236,7 @@ func queueKeysOf(p string) queueKeys {
 		k.block = append(k.block, k.level(strconv.Itoa(i)))
 	}
 	k.block = append(k.block, p+":pub")
+	k.block = append(k.block, p+":gitems", p+":gidx", p+":gring", p+":grun", p+":gwait", p+":glog")
 	return k
 }
 
@@ -282,7 +305,15 @@ func (k queueKeys) meta() string { return k.block[5] }
 
 // pub is the queue's hash of publish counts not yet in meta (see
 // fold_fast in scripts/lib.lua).
-func (k queueKeys) pub() string { return k.block[queueBlockLen-1] }
+func (k queueKeys) pub() string { return k.block[queueBlockLen-1-groupKeys] }
+
+// gitems, gidx and grun are the group keys (see the layout above) that
+// tests and benchmarks read.
+func (k queueKeys) gitems() string { return k.block[queueBlockLen-groupKeys] }
+
+func (k queueKeys) gidx() string { return k.block[queueBlockLen-groupKeys+1] }
+
+func (k queueKeys) grun() string { return k.block[queueBlockLen-groupKeys+3] }
 
 // resume is the list that a Resume pushes a marker into, to wake the
 // consumers that wait while the queue is paused (see scripts/pause.lua).

@@ -38,6 +38,7 @@ type publishOptions struct {
 	onExisting UpsertMode
 	maxWait    time.Duration
 	keyedSet   bool
+	group      string // see Group; "" for none
 }
 
 // Header attaches headers to a published delivery; the consumer reads them
@@ -130,7 +131,7 @@ func TTR(d time.Duration) PublishOption {
 // scheduled reports whether the publish needs the publish script (Redis's
 // clock, or a key other than ready).
 func (o *publishOptions) scheduled() bool {
-	return o.delay > 0 || !o.at.IsZero() || o.priority > 0 || o.ttl > 0
+	return o.delay > 0 || !o.at.IsZero() || o.priority > 0 || o.ttl > 0 || o.group != ""
 }
 
 // ceilMs is d in whole milliseconds, rounded up.
@@ -176,7 +177,10 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	if len(payloads) == 0 {
 		return nil
 	}
-	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header}
+	if o.group != "" && o.priority > 0 {
+		return argError("priority", o.priority, "does not combine with Group: a group's line is first in, first out")
+	}
+	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header, group: o.group}
 	now := time.Now()
 	args := make([]any, len(payloads))
 	size := 0

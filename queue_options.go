@@ -15,6 +15,8 @@ type queueOptions struct {
 	retry       RetryPolicy
 	keepExpired *bool      // nil: leave the queue's setting as it is
 	rate        *RateLimit // nil: leave the queue's setting as it is; zero: remove it
+	groupK      *int       // nil: leave the queue's setting as it is
+	groupRate   *RateLimit // nil: leave the queue's setting as it is; zero: remove it
 }
 
 // WithPublishDefaults sets publish options that apply to everything this

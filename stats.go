@@ -71,6 +71,18 @@ type QueueStat struct {
 	// RateLimit is the queue's rate limit (see WithRateLimit); zero when
 	// it has none.
 	RateLimit RateLimit `json:"rateLimit"`
+	// GroupsPending counts the groups with pending deliveries (see
+	// Group); those deliveries are among ReadyCount.
+	GroupsPending int64 `json:"groupsPending"`
+	// GroupsRunning counts the groups with deliveries in flight; those
+	// deliveries are among the unacked ones.
+	GroupsRunning int64 `json:"groupsRunning"`
+	// GroupConcurrency is the queue's K (see WithGroupConcurrency):
+	// DefaultGroupConcurrency when it was never set.
+	GroupConcurrency int `json:"groupConcurrency"`
+	// GroupRateLimit is the queue's per-group rate limit (see
+	// WithGroupRateLimit); zero when it has none.
+	GroupRateLimit RateLimit `json:"groupRateLimit"`
 	// totals are the counters published, acked, rejected, retried (read
 	// by the Inspector; see tally in scripts/lib.lua).
 	totals [4]int64
@@ -246,8 +258,21 @@ func stateWord(active, stopped bool) string {
 	return "dead"
 }
 
+// queueStatOf is the QueueStat of counts.lua's reply n, with no
+// connections yet.
+func queueStatOf(n []int64) QueueStat {
+	k := int(n[16])
+	if k < 1 {
+		k = DefaultGroupConcurrency
+	}
+	return QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3],
+		KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Paused: n[7] == 1, totals: [4]int64(n[8:12]),
+		RateLimit: rateLimitOf(n[12], n[13]), GroupsPending: n[14], GroupsRunning: n[15], GroupConcurrency: k,
+		GroupRateLimit: rateLimitOf(n[17], n[18]), Connections: map[string]ConnectionStat{}}
+}
+
 // countsLen is the length of counts.lua's reply.
-const countsLen = 14
+const countsLen = 19
 
 // countsOf reads the reply of a pipelined counts.lua call, running it again
 // on its own when Redis did not know the script.
@@ -408,9 +433,7 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	seen := map[string]bool{}
 	for i, name := range queueList {
 		n := counts[i]
-		qs := QueueStat{ReadyCount: n[0], RejectedCount: n[1], DelayedCount: n[2], ExpiredCount: n[3],
-			KeyedPending: n[4], KeyedRunning: n[5], KeyedParked: n[6], Paused: n[7] == 1, totals: [4]int64(n[8:12]),
-			RateLimit: rateLimitOf(n[12], n[13]), Connections: map[string]ConnectionStat{}}
+		qs := queueStatOf(n)
 		for conn, n := range qc[i].consumers.Val() {
 			consumers, _ := strconv.ParseInt(n, 10, 64) // written by set_consumers.lua; 0 if ever mangled
 			qs.Connections[conn] = ConnectionStat{Active: alive(conn), Stopped: stopped(conn), UnackedCount: unacked[i][conn].Val(), ConsumerCount: consumers}

@@ -215,6 +215,9 @@ func (q *TestQueue) Put(_ context.Context, payload []byte, opts ...PublishOption
 	if o.keyedSet {
 		return argError("publish option", "OnExisting/MaxWait", "applies to keyed deliveries only: use Upsert")
 	}
+	if o.group != "" && o.priority > 0 {
+		return argError("priority", o.priority, "does not combine with Group: a group's line is first in, first out")
+	}
 	return q.Publish(string(payload))
 }
 
@@ -248,6 +251,9 @@ func (q *TestQueue) Upsert(_ context.Context, key string, payload []byte, opts .
 		if err := opt(&o); err != nil {
 			return 0, err
 		}
+	}
+	if o.group != "" {
+		return 0, argError("group", o.group, "does not combine with Upsert: a key runs one delivery at a time")
 	}
 	now := time.Now()
 	due := now.Add(o.delay)

@@ -1,4 +1,5 @@
--- Remove up to ARGV[2] ready deliveries, highest priority first, and return
+-- Remove up to ARGV[1] ready deliveries, highest priority first (then
+-- the pending deliveries of groups, see grouped() in lib.lua), and return
 -- them (wake markers and stale stubs of keyed items are skipped, not
 -- counted; a keyed item's stub gives the item, which leaves its key).
 -- KEYS: the queue's keys (see scriptKeys in keys.go); ARGV[1] how many
@@ -18,5 +19,9 @@ while #out < n do
   if not more then
     break
   end
+end
+if #out < n and redis.call('HGET', P.meta, 'groups') then
+  -- then the pending deliveries of groups
+  grouped().drain(P, n - #out, out)
 end
 return out

@@ -27,6 +27,11 @@
 -- the item out of the key's pending record, marks the key running, and
 -- names the take with a field that ends with 'k'.
 --
+-- A queue with groups (see grouped() in lib.lua) hands out from its ready
+-- lists and from the ring of groups in turn; a grouped take's field ends
+-- with 'g', and its group counts it in flight until it is settled or
+-- returned.
+--
 -- A call is idempotent per token: field ARGV[5] (the queue handle, or a
 -- Take slot) of the connection's replies hash remembers the last token,
 -- the fence and the ids it took, and a call with the same token (the
@@ -79,13 +84,15 @@ if lt and lt > tonumber(token) then
   return {0, 0, ''}
 end
 if lt == tonumber(token) then
-  -- The record is token|fence| and per take its id and 'k' (keyed) or '-'.
+  -- The record is token|fence| and per take its id and 'k' (keyed), 'g'
+  -- (grouped) or '-'.
   local fence, pos = string.match(last, '^(%d+)|()', #token + 2)
   local fields = {}
   for i = pos, #last, IDLEN + 1 do
     local f = string.sub(last, i, i + IDLEN - 1) .. fence
-    if string.sub(last, i + IDLEN, i + IDLEN) == 'k' then
-      f = f .. 'k'
+    local c = string.sub(last, i + IDLEN, i + IDLEN)
+    if c ~= '-' then
+      f = f .. c
     end
     fields[#fields + 1] = f
   end
@@ -101,8 +108,9 @@ if lt == tonumber(token) then
   return out
 end
 expire_leases(P, now, 100)
--- paused, rate_n, rate_ms: one read whether or not a limit is set
-local st = redis.call('HMGET', P.meta, 'paused', 'rate_n', 'rate_ms')
+-- paused, rate_n, rate_ms, groups, gturn: one read whether or not a
+-- limit is set or the queue has groups
+local st = redis.call('HMGET', P.meta, 'paused', 'rate_n', 'rate_ms', 'groups', 'gturn')
 if st[1] then
   promote(P, now, 100)
   return {0, -3, table.concat(P.need, ' ')}
@@ -131,7 +139,51 @@ else
   rate_ms = nil
 end
 promote(P, now, math.max(n, 100))
-local items, more = pop_ready(P, n)
+local items, more, gfrom
+if not st[4] then
+  items, more = pop_ready(P, n)
+else
+  -- a queue with groups: the ready lists and the groups' ring take turns
+  -- (meta field gturn names whose turn is next: 'p' the ready lists, else
+  -- the groups), half of the call's n each, and either side takes what
+  -- the other leaves. Grouped deliveries are appended to items from
+  -- gfrom on.
+  P.grouped = true
+  local G = grouped()
+  local S = G.settings(P)
+  G.promote(P, S, now, 100)
+  local first = math.ceil(n / 2)
+  local taken = {}
+  local got
+  local function pop(m)
+    if m <= 0 then
+      return {}
+    end
+    return (pop_ready(P, m))
+  end
+  if st[5] == 'p' then
+    items = pop(first)
+    got = G.take(P, S, n - #items, now, taken)
+    if #items + got < n and #items == first then
+      local rest = pop(n - #items - got)
+      for _, e in ipairs(rest) do
+        items[#items + 1] = e
+      end
+    end
+  else
+    got = G.take(P, S, first, now, taken)
+    items = pop(n - got)
+    if #items + got < n and got == first then
+      got = got + G.take(P, S, n - #items - got, now, taken)
+    end
+  end
+  redis.call('HSET', P.meta, 'gturn', st[5] == 'p' and 'g' or 'p')
+  gfrom = #items + 1
+  for _, e in ipairs(taken) do
+    items[#items + 1] = e
+  end
+  more = #items >= n
+end
 -- Kept deliveries are compacted to the front of items (dropped ones are
 -- rare), which then is the reply.
 -- ids holds the record's parts: per take its id, then 'k' or '-' (two
@@ -144,9 +196,10 @@ for i = 1, #items do
   local e = items[i]
   local key = nil
   local b = string.byte(e, 1)
+  local gt = gfrom and i >= gfrom
   if e == MARKER then
     e = nil
-  else
+  elseif not gt then
     if b == 5 and string.match(e, '^\5%d%d+:') then
       -- a keyed item's stub: take the item it stands for (nil: stale; a
       -- look-alike another program pushed comes back as it is, no key)
@@ -157,6 +210,11 @@ for i = 1, #items do
         -- a keyed envelope in a ready list (copied there by hand): upserted
         -- by its key instead
         keyed().adopt(P, e, now)
+        e = nil
+      elseif b == 6 and meta(e) then
+        -- a grouped envelope in a ready list (copied there by hand): it
+        -- joins its group's line instead
+        grouped().add_all(P, {e}, now)
         e = nil
       elseif #e < IDLEN + 1 or (b ~= 1 and b ~= 3) then
         -- pushed by another program without an envelope: wrap it
@@ -169,7 +227,7 @@ for i = 1, #items do
     if b ~= 1 then
       m = meta(e)
     end
-    if m and m[5] > 0 and m[5] <= now then
+    if m and m[5] > 0 and m[5] <= now and not gt then
       expire(P, e, now)
     else
       local id = string.sub(e, 2, IDLEN + 1)
@@ -188,6 +246,12 @@ for i = 1, #items do
         redis.call('HSET', P.krun, key, f .. ':' .. conn)
         ids[#ids + 1] = id
         ids[#ids + 1] = 'k'
+      elseif gt then
+        -- a grouped take: its field ends with 'g' (its group's slot was
+        -- counted by G.take)
+        f = f .. 'g'
+        ids[#ids + 1] = id
+        ids[#ids + 1] = 'g'
       else
         ids[#ids + 1] = id
         ids[#ids + 1] = '-'

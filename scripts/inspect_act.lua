@@ -105,6 +105,8 @@ local function act()
   end
   if string.byte(e, 1) == 4 and m then
     keyed().adopt(P, e, now)
+  elseif string.byte(e, 1) == 6 and m then
+    grouped().add_all(P, {e}, now)
   else
     push_ready(P, p, {e}, false)
   end

@@ -26,8 +26,9 @@ local function now_ms()
 end
 
 -- The metadata of a format-3 envelope as {attempts, priority, ttr, ttl,
--- expireAt, headerLen}, or of a keyed (format-4) one as the same followed
--- by keyLen and due, and where the rest starts; nil for other forms.
+-- expireAt, headerLen}, or of a keyed (format-4) or grouped (format-6) one
+-- as the same followed by keyLen (the group's length) and due, and where
+-- the rest starts; nil for other forms.
 local function meta(e)
   local b = string.byte(e, 1)
   if b == 3 then
@@ -35,7 +36,7 @@ local function meta(e)
     if a then
       return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h)}, stop
     end
-  elseif b == 4 then
+  elseif b == 4 or b == 6 then
     local a, p, r, l, x, h, k, d, stop = string.match(e, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);()', IDLEN + 2)
     if a then
       return {tonumber(a), tonumber(p), tonumber(r), tonumber(l), tonumber(x), tonumber(h), tonumber(k), tonumber(d)}, stop
@@ -54,18 +55,21 @@ local function meta_of(e)
 end
 
 -- The envelope e rewritten with metadata m: as format 3, or as a keyed
--- envelope (format 4) when m has a key.
+-- envelope (format 4) when m has a key, or grouped (format 6) when e is.
 local function with_meta(e, m, stop)
   local f = '\3'
   if #m == 8 then
     f = '\4'
+    if string.byte(e, 1) == 6 then
+      f = '\6'
+    end
   end
   return f .. string.sub(e, 2, IDLEN + 1) .. table.concat(m, ',') .. ';' .. string.sub(e, stop)
 end
 
 -- The number of keys of a queue's block (queueBlockLen in keys.go): 15
--- keys, the ready lists of priorities 1..9 and pub.
-local QLEN = 25
+-- keys, the ready lists of priorities 1..9, pub and the 6 group keys.
+local QLEN = 31
 local MAXP = 9
 
 -- The queue whose block starts at KEYS[b].
@@ -74,7 +78,8 @@ local function queue_at(b)
     rejected = KEYS[b + 4], meta = KEYS[b + 5], consumers = KEYS[b + 6], fence = KEYS[b + 7],
     seq = KEYS[b + 8], kpend = KEYS[b + 9], krun = KEYS[b + 10], kpark = KEYS[b + 11],
     kver = KEYS[b + 12], outbox = KEYS[b + 13], moved = KEYS[b + 14], lv = b + 14, pub = KEYS[b + 24],
-    conns = {}, need = {}}
+    gitems = KEYS[b + 25], gidx = KEYS[b + 26], gring = KEYS[b + 27], grun = KEYS[b + 28],
+    gwait = KEYS[b + 29], glog = KEYS[b + 30], conns = {}, need = {}}
 end
 
 -- The keys of a queue script: the queue P with the storage of the
@@ -167,7 +172,9 @@ end
 
 local function push_groups(P, groups, front)
   for p, items in pairs(groups) do
-    push_ready(P, p, items, front)
+    if p >= 0 then
+      push_ready(P, p, items, front)
+    end
   end
 end
 
@@ -621,6 +628,434 @@ local function keyed()
   return K
 end
 
+-- Groups (see Group and WithGroupConcurrency). A grouped delivery (format
+-- 6: a keyed envelope's layout with its group in place of the key) waits
+-- in its group's line, not in a ready list:
+--
+--   P:gitems  hash group\0seq -> envelope; a group's line is numbered
+--             head..tail-1 and handed out from head (a return goes to
+--             head-1, so it is taken next)
+--   P:gidx    hash group -> "head,tail,q" while the group has pending
+--             deliveries; q is 1 while the group is in gring or gwait
+--   P:gring   list: the ring of groups that may hand out now, each at most
+--             once; fetch RPOPs one, hands out the head of its line and
+--             LPUSHes it back while it may hand out again
+--   P:grun    hash group -> its deliveries in flight (taken and not yet
+--             settled or returned)
+--   P:gwait   sorted set group -> Redis ms: when to look at the group
+--             again (its rate allows the next hand-out, or its rate log
+--             may go); fetch promotes due ones, and its hint counts them
+--   P:glog    hash group -> rate log (see G.record)
+--
+-- A group is in gring or gwait (q = 1) exactly when it has pending
+-- deliveries and fewer than K in flight, K being the queue's group
+-- concurrency (meta field gk; 1 when unset). Every path keeps that: a
+-- publish into a group that may hand out, and a settle or a return that
+-- frees a slot of a group with pending deliveries, put it in (and wake
+-- the consumers); a take that fills a group's slots or empties its line
+-- leaves it out. The first grouped publish sets the meta field groups, so
+-- that the fetches of a queue that never had a group skip all of this.
+local group_lib = nil
+
+-- The group helpers, as the fields of a table made on first use in a call
+-- (as keyed()).
+local function grouped()
+  if group_lib then
+    return group_lib
+  end
+  local G = {}
+  -- the width of a time in a rate log
+  local W = 13
+
+  -- The queue's group settings: k (K), and with a rate, n per ms.
+  function G.settings(P)
+    local s = redis.call('HMGET', P.meta, 'gk', 'grate_n', 'grate_ms')
+    local S = {k = math.max(1, tonumber(s[1]) or 1)}
+    local n, ms = tonumber(s[2]), tonumber(s[3])
+    if n and ms and n > 0 and ms > 0 then
+      S.n, S.ms = n, ms
+    end
+    return S
+  end
+
+  -- The group of a grouped envelope.
+  function G.group_of(e)
+    local m, stop = meta(e)
+    return string.sub(e, stop, stop + m[7] - 1)
+  end
+
+  -- The line of group g: head, tail, and whether it is in gring or gwait;
+  -- nil when it has no pending delivery.
+  function G.line(P, g)
+    local v = redis.call('HGET', P.gidx, g)
+    if not v then
+      return nil
+    end
+    local h, t, q = string.match(v, '^(-?%d+),(-?%d+),(%d)$')
+    return tonumber(h), tonumber(t), q == '1'
+  end
+
+  function G.set_line(P, g, h, t, q)
+    if h >= t then
+      redis.call('HDEL', P.gidx, g)
+    else
+      redis.call('HSET', P.gidx, g, h .. ',' .. t .. ',' .. (q and '1' or '0'))
+    end
+  end
+
+  function G.running(P, g)
+    return tonumber(redis.call('HGET', P.grun, g) or '0')
+  end
+
+  -- A group's rate log is "next;" and the times of its last hand-outs, W
+  -- digits each: appended until there are n, then a ring where next is
+  -- the slot of the oldest. A hand-out is allowed when the log holds
+  -- fewer than n, or its oldest is a window old. A log of another length
+  -- (n was changed) starts over.
+  local function parse_log(log)
+    local nx, pos = string.match(log, '^(%d+);()')
+    return tonumber(nx), string.sub(log, pos)
+  end
+
+  -- When group g may hand out next by its rate (now when it may).
+  function G.allowed_at(P, S, g, now)
+    if not S.n then
+      return now
+    end
+    local log = redis.call('HGET', P.glog, g)
+    if not log then
+      return now
+    end
+    local nx, body = parse_log(log)
+    if #body ~= S.n * W then
+      return now
+    end
+    local oldest = tonumber(string.sub(body, nx * W + 1, nx * W + W))
+    return math.max(now, oldest + S.ms)
+  end
+
+  -- Log a hand-out of group g at now.
+  function G.record(P, S, g, now)
+    local t = string.format('%013d', now)
+    local log = redis.call('HGET', P.glog, g)
+    local nx, body = 0, ''
+    if log then
+      nx, body = parse_log(log)
+    end
+    local slots = #body / W
+    if slots < S.n then
+      body = body .. t
+    elseif slots == S.n then
+      body = string.sub(body, 1, nx * W) .. t .. string.sub(body, nx * W + W + 1)
+      nx = (nx + 1) % S.n
+    else
+      nx, body = 0, t
+    end
+    redis.call('HSET', P.glog, g, nx .. ';' .. body)
+  end
+
+  -- The time of group g's latest hand-out in its log, or nil.
+  local function newest(P, g)
+    local log = redis.call('HGET', P.glog, g)
+    if not log then
+      return nil
+    end
+    local nx, body = parse_log(log)
+    local slots = #body / W
+    if slots == 0 then
+      return nil
+    end
+    local i = slots - 1
+    if nx > 0 then
+      i = nx - 1
+    end
+    return tonumber(string.sub(body, i * W + 1, i * W + W))
+  end
+
+  -- Look at group g again at time at; wake the consumers when that is
+  -- now the earliest such time (their wait may be longer).
+  function G.later(P, g, at)
+    local first = redis.call('ZRANGE', P.gwait, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', P.gwait, at, g)
+    if #first == 0 or tonumber(first[2]) > at then
+      wake(P)
+    end
+  end
+
+  -- Put group g, which has pending deliveries and a free slot, into the
+  -- ring, or into gwait until its rate allows; the caller marks it q.
+  function G.enter(P, S, g, now)
+    local at = G.allowed_at(P, S, g, now)
+    if at <= now then
+      if S.n then
+        -- a wait for its log to go
+        redis.call('ZREM', P.gwait, g)
+      end
+      redis.call('LPUSH', P.gring, g)
+      wake(P)
+    else
+      G.later(P, g, at)
+    end
+  end
+
+  -- Add grouped envelopes es (all of group g) to g's line: at the back in
+  -- their order, or with front at the front (the last of es first).
+  function G.add(P, S, g, es, now, front)
+    local h, t, q = G.line(P, g)
+    if not h then
+      h, t, q = 0, 0, false
+    end
+    local kv = {}
+    for _, e in ipairs(es) do
+      if front then
+        h = h - 1
+        kv[#kv + 1] = g .. '\0' .. h
+      else
+        kv[#kv + 1] = g .. '\0' .. t
+        t = t + 1
+      end
+      kv[#kv + 1] = e
+      if #kv >= 2000 then
+        redis.call('HSET', P.gitems, unpack(kv))
+        kv = {}
+      end
+    end
+    if #kv > 0 then
+      redis.call('HSET', P.gitems, unpack(kv))
+    end
+    if not q and G.running(P, g) < S.k then
+      G.enter(P, S, g, now)
+      q = true
+    end
+    G.set_line(P, g, h, t, q)
+  end
+
+  -- Add grouped envelopes es (of any groups) at the back of their lines,
+  -- in their order, and mark the queue as one that has groups.
+  function G.add_all(P, es, now)
+    redis.call('HSET', P.meta, 'groups', 1)
+    local S = G.settings(P)
+    local order, by = {}, {}
+    for _, e in ipairs(es) do
+      local g = G.group_of(e)
+      if not by[g] then
+        by[g] = {}
+        order[#order + 1] = g
+      end
+      local l = by[g]
+      l[#l + 1] = e
+    end
+    for _, g in ipairs(order) do
+      G.add(P, S, g, by[g], now, false)
+    end
+  end
+
+  -- One of group g's deliveries in flight is over: its slot is free.
+  -- (Each path calls it once per take that leaves a connection's
+  -- storage, right after the HDEL that proves it held the take; a count
+  -- below zero would show a path that freed a slot twice, and is kept
+  -- for the stats to show.)
+  local function leave(P, g)
+    local r = redis.call('HINCRBY', P.grun, g, -1)
+    if r == 0 then
+      redis.call('HDEL', P.grun, g)
+    end
+    return r
+  end
+
+  -- A taken grouped delivery e was settled for good (acked, rejected,
+  -- pushed on): its group's slot is free, and the group goes back into the
+  -- rotation when it has pending deliveries.
+  function G.settled(P, e, now)
+    local g = G.group_of(e)
+    local r = leave(P, g)
+    local h, t, q = G.line(P, g)
+    if h and not q then
+      local S = G.settings(P)
+      if r < S.k then
+        G.enter(P, S, g, now)
+        G.set_line(P, g, h, t, true)
+      end
+    end
+  end
+
+  -- A taken grouped delivery e goes back (released, its lease lost, its
+  -- connection dead, handed back): to the front of its group's line, or,
+  -- with due later than now, into the delayed set, from where it joins the
+  -- back of the line when due. Its slot is free.
+  function G.returned(P, e, now, due)
+    local g = G.group_of(e)
+    leave(P, g)
+    if due and due > now then
+      schedule(P, e, due)
+      G.settled_line(P, g, now)
+      return
+    end
+    G.add(P, G.settings(P), g, {e}, now, true)
+  end
+
+  -- The rotation after group g's slot was freed, for a group whose
+  -- delivery did not come back into its line.
+  function G.settled_line(P, g, now)
+    local h, t, q = G.line(P, g)
+    if h and not q then
+      local S = G.settings(P)
+      if G.running(P, g) < S.k then
+        G.enter(P, S, g, now)
+        G.set_line(P, g, h, t, true)
+      end
+    end
+  end
+
+  -- Move the groups of gwait that are due (at most max) on: into the ring
+  -- when they may hand out, or their rate logs away when they have no
+  -- pending delivery and their last hand-out left the window.
+  function G.promote(P, S, now, max)
+    local due = redis.call('ZRANGEBYSCORE', P.gwait, '-inf', now, 'LIMIT', 0, max)
+    if #due == 0 then
+      return
+    end
+    redis.call('ZREM', P.gwait, unpack(due))
+    for _, g in ipairs(due) do
+      local h, t, q = G.line(P, g)
+      if h then
+        if q then
+          if G.running(P, g) >= S.k then
+            G.set_line(P, g, h, t, false)
+          else
+            local at = G.allowed_at(P, S, g, now)
+            if at <= now then
+              redis.call('LPUSH', P.gring, g)
+            else
+              redis.call('ZADD', P.gwait, at, g)
+            end
+          end
+        end
+        -- (not q: the group is full, and a settle puts it back)
+      else
+        local last = S.n and newest(P, g)
+        if last and last + S.ms > now then
+          redis.call('ZADD', P.gwait, last + S.ms, g)
+        else
+          redis.call('HDEL', P.glog, g)
+        end
+      end
+    end
+  end
+
+  -- Hand out up to n grouped deliveries, one per turn of a group in the
+  -- ring, appending them to out. Returns how many.
+  function G.take(P, S, n, now, out)
+    local got = 0
+    while got < n do
+      local g = redis.call('RPOP', P.gring)
+      if not g then
+        break
+      end
+      local h, t = G.line(P, g)
+      if h then
+        local run = G.running(P, g)
+        local at = now
+        if run < S.k then
+          at = G.allowed_at(P, S, g, now)
+        end
+        if run >= S.k then
+          -- full (K was lowered meanwhile): a settle puts it back
+          G.set_line(P, g, h, t, false)
+        elseif at > now then
+          redis.call('ZADD', P.gwait, at, g)
+        else
+          local e = nil
+          while h < t and not e do
+            local f = g .. '\0' .. h
+            e = redis.call('HGET', P.gitems, f)
+            redis.call('HDEL', P.gitems, f)
+            h = h + 1
+            if e then
+              local m = meta(e)
+              if m and m[5] > 0 and m[5] <= now then
+                expire(P, e, now)
+                e = nil
+              end
+            end
+          end
+          if e then
+            run = redis.call('HINCRBY', P.grun, g, 1)
+            if S.n then
+              G.record(P, S, g, now)
+            end
+            out[#out + 1] = e
+            got = got + 1
+          end
+          if h < t then
+            if run < S.k then
+              at = G.allowed_at(P, S, g, now)
+              if at <= now then
+                redis.call('LPUSH', P.gring, g)
+              else
+                redis.call('ZADD', P.gwait, at, g)
+              end
+              G.set_line(P, g, h, t, true)
+            else
+              G.set_line(P, g, h, t, false)
+            end
+          else
+            redis.call('HDEL', P.gidx, g)
+            if S.n then
+              -- its log goes once its last hand-out left the window
+              redis.call('ZADD', P.gwait, now + S.ms, g)
+            end
+          end
+        end
+      end
+    end
+    return got
+  end
+
+  -- Remove up to n pending grouped deliveries (Drain), the head of each
+  -- line first, appending them to out. Returns how many.
+  function G.drain(P, n, out)
+    local got = 0
+    local cursor = '0'
+    repeat
+      local res = redis.call('HSCAN', P.gidx, cursor, 'COUNT', 100)
+      cursor = res[1]
+      local kv = res[2]
+      for i = 1, #kv, 2 do
+        if got >= n then
+          return got
+        end
+        local g = kv[i]
+        local h, t, q = G.line(P, g)
+        while h < t and got < n do
+          local f = g .. '\0' .. h
+          local e = redis.call('HGET', P.gitems, f)
+          redis.call('HDEL', P.gitems, f)
+          h = h + 1
+          if e then
+            out[#out + 1] = e
+            got = got + 1
+          end
+        end
+        -- (a group left in the ring without pending deliveries is
+        -- skipped by the fetch that meets it)
+        G.set_line(P, g, h, t, q)
+      end
+    until cursor == '0' or got >= n
+    return got
+  end
+  group_lib = G
+  return G
+end
+
+-- Whether the take named by field is of a grouped delivery: its field
+-- ends with 'g' (see fetch.lua). When such a take leaves a connection's
+-- storage, its group's slot is freed exactly once (see G.settled and
+-- G.returned).
+local function is_grouped_take(field)
+  return string.byte(field, -1) == 103
+end
+
 -- Whether the take named by field is of a keyed item: its field ends with
 -- 'k' (see fetch.lua). When such a take leaves a connection's storage, for
 -- good (key_settled) or for ready again (key_returned), its key is updated.
@@ -669,11 +1104,18 @@ local function promote(P, now, max)
     end
     if m and m[5] > 0 and m[5] <= now then
       expire(P, e, now)
+    elseif string.byte(e, 1) == 6 and m then
+      -- a grouped delivery joins the back of its group's line (kept
+      -- apart in groups[-1], which push_groups skips)
+      add_level(groups, -1, e)
     else
       add_level(groups, p, e)
     end
   end
   push_groups(P, groups, false)
+  if groups[-1] then
+    grouped().add_all(P, groups[-1], now)
+  end
   return #due / 2
 end
 
@@ -858,6 +1300,8 @@ local function expire_leases(P, now, max)
         e, p = again(e, now)
         if is_keyed_take(fields[i]) then
           keyed().key_returned(P, keyed().key_of(e), e, now, now, true)
+        elseif is_grouped_take(fields[i]) then
+          grouped().returned(P, e, now)
         else
           add_level(groups, p, e)
         end
@@ -952,11 +1396,16 @@ local function drop_expired(P, now, max)
   return dropped
 end
 
--- How long until the next delivery is due or the next lease runs out, in
--- ms (at least 1), or -1 when nothing is scheduled.
+-- How long until the next delivery is due or the next lease runs out (or,
+-- on a queue with groups, the next group is to be looked at again: see
+-- G.promote), in ms (at least 1), or -1 when nothing is scheduled.
 local function next_event(P, now)
   local best = -1
-  for _, k in ipairs({P.delayed, P.leases}) do
+  local keys = {P.delayed, P.leases}
+  if P.grouped then
+    keys[3] = P.gwait
+  end
+  for _, k in ipairs(keys) do
     local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
     if #first > 0 then
       local d = math.max(1, tonumber(first[2]) - now)

@@ -30,6 +30,10 @@ for i = 2, #ARGV, 2 do
       if o == keyed().CREATED or o == keyed().QUEUED then
         published = published + 1
       end
+    elseif string.byte(e, 1) == 6 and meta(e) then
+      -- a grouped delivery joins its group's line
+      grouped().add_all(D, {e}, now)
+      published = published + 1
     else
       redis.call('LPUSH', D.ready, e)
       published = published + 1

@@ -4,6 +4,7 @@
 -- and its pause when it has 'd' (Destroy: a queue opened again under the
 -- name starts from zero and unpaused; settings such as keep_expired stay).
 -- Keyed items go with their stubs; 'd' deletes every pending keyed item.
+-- Pending deliveries of groups count and go as ready ones.
 -- Returns {ready, rejected, delayed} as counted before.
 -- KEYS: the queue's keys (see scriptKeys in keys.go), with the queue's
 -- resume list as the script's own key for 'd' (see pause.lua); ARGV[1] what
@@ -25,6 +26,10 @@ if string.find(what, 'r', 1, true) then
     end
   end
   redis.call('DEL', P.levels)
+  -- the pending deliveries of groups, with their lines and rotation; the
+  -- in-flight counts stay, so that what is taken still frees its slot
+  out[1] = out[1] + redis.call('HLEN', P.gitems)
+  redis.call('DEL', P.gitems, P.gidx, P.gring, P.gwait)
   -- keyed items whose stubs waited in the lists go with them (a scan of
   -- the pending records: an operation for operators, not a hot path)
   local mk, kp = P.meta, P.kpend

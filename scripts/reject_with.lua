@@ -16,5 +16,7 @@ local now = now_ms()
 tally(P.meta, 'r', 1, now)
 if is_keyed_take(ARGV[2]) then
   keyed().key_settled(P, keyed().key_of(e), now)
+elseif is_grouped_take(ARGV[2]) then
+  grouped().settled(P, e, now)
 end
 return {1, 1}

@@ -26,6 +26,9 @@ for _, e in ipairs(items) do
   if string.byte(e, 1) == 4 and m then
     -- a keyed delivery: upserted by its key
     keyed().adopt(P, e, now)
+  elseif string.byte(e, 1) == 6 and m then
+    -- a grouped delivery: to the back of its group's line
+    grouped().add_all(P, {e}, now)
   else
     add_level(groups, p, e)
   end

@@ -41,6 +41,8 @@ if #fields > 0 then
     e, p = again(e, now)
     if is_keyed_take(fields[i]) then
       keyed().key_returned(P, keyed().key_of(e), e, now, now, true)
+    elseif is_grouped_take(fields[i]) then
+      grouped().returned(P, e, now)
     else
       add_level(groups, p, e)
     end

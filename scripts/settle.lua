@@ -3,7 +3,9 @@
 -- or the front of ready (a stopping consumer hands back its buffer; each
 -- goes to its priority's line). Their leases end. A keyed take's key is
 -- updated (see key_settled and key_returned in lib.lua); a keyed delivery
--- pushed on is upserted into the other queue by its key.
+-- pushed on is upserted into the other queue by its key. A grouped take
+-- frees its group's slot (see G.settled and G.returned in lib.lua); a
+-- grouped delivery pushed on joins its group's line in the other queue.
 -- Returns {registered, r1, ..., rn}: registered is 1 while the connection is
 -- registered for the queue; ri is 1 when take i was there and settled, 0
 -- when it was not there, 2 when it was not there because its lease ran out
@@ -18,8 +20,8 @@
 -- the replies hash to expire (see return_unacked.lua) so that the repeat
 -- still learns what the first call did.
 --
--- Acks of takes none of which is keyed, the common case, go to ack.lua,
--- its short form, instead.
+-- Acks of takes none of which is keyed or grouped, the common case, go to
+-- ack.lua, its short form, instead.
 --
 -- KEYS: the queue's keys with the storage of the connection, and for 'P'
 -- the destination queue's block (see scriptKeys in keys.go). Acks and
@@ -77,6 +79,7 @@ end
 for i = 5, #ARGV do
   local f, done = ARGV[i], 0
   local kt = is_keyed_take(f)
+  local gt = is_grouped_take(f)
   if kacked and kt then
     if kacked[f] then
       done = 1
@@ -84,7 +87,7 @@ for i = 5, #ARGV do
     else
       done = lost(P, conn, f)
     end
-  elseif mode == 'A' and not kt then
+  elseif mode == 'A' and not kt and not gt then
     done = redis.call('HDEL', uk, f)
     if done == 0 then
       done = lost(P, conn, f)
@@ -113,6 +116,23 @@ for i = 5, #ARGV do
             redis.call('LPUSH', P.rejected, e)
           end
           keyed().key_settled(P, key, now)
+        end
+      elseif gt then
+        -- a grouped take: its group's slot is free, and it goes back to
+        -- the front of its line (hand-back), into the push queue's line of
+        -- its group, to the outbox or to rejected
+        if mode == 'R' then
+          grouped().returned(P, (fresh_ttl(e, now)), now)
+        else
+          if mode == 'P' then
+            grouped().add_all(D, {(fresh_ttl(e, now))}, now)
+            pushed = pushed + 1
+          elseif mode == 'S' then
+            redis.call('HSET', P.outbox, f, now .. '|' .. stage .. '|' .. e)
+          elseif mode == 'L' then
+            redis.call('LPUSH', P.rejected, e)
+          end
+          grouped().settled(P, e, now)
         end
       else
         -- handed back or pushed on: it waits in a ready list again, so its
