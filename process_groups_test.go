@@ -19,6 +19,7 @@ import (
 // the groups' slots come back, and every delivery is acked once (by the
 // survivor, or by the victim's ack that reached Redis before it died).
 func TestGroupProcessKill(t *testing.T) {
+	t.Parallel() // own redis-server; see docs/testing.md
 	const (
 		k         = 2
 		groups    = 20
