@@ -176,6 +176,9 @@ type statsQueueRow struct {
 	Name                              string
 	Paused                            bool
 	RateLimit                         RateLimit
+	GroupsPending, GroupsRunning      int64
+	GroupConcurrency                  int
+	GroupRateLimit                    RateLimit
 	Ready, Rejected, Delayed, Expired int64
 	KeyedPending, KeyedRunning        int64
 	KeyedParked                       int64
@@ -212,19 +215,23 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 	for _, name := range s.Names() {
 		qs := s.QueueStats[name]
 		row := statsQueueRow{
-			Name:         name,
-			Paused:       qs.Paused,
-			RateLimit:    qs.RateLimit,
-			Ready:        qs.ReadyCount,
-			Rejected:     qs.RejectedCount,
-			Delayed:      qs.DelayedCount,
-			Expired:      qs.ExpiredCount,
-			KeyedPending: qs.KeyedPending,
-			KeyedRunning: qs.KeyedRunning,
-			KeyedParked:  qs.KeyedParked,
-			Unacked:      qs.UnackedCount(),
-			Consumers:    qs.ConsumerCount(),
-			Connections:  qs.ConnectionCount(),
+			Name:             name,
+			Paused:           qs.Paused,
+			RateLimit:        qs.RateLimit,
+			GroupsPending:    qs.GroupsPending,
+			GroupsRunning:    qs.GroupsRunning,
+			GroupConcurrency: qs.GroupConcurrency,
+			GroupRateLimit:   qs.GroupRateLimit,
+			Ready:            qs.ReadyCount,
+			Rejected:         qs.RejectedCount,
+			Delayed:          qs.DelayedCount,
+			Expired:          qs.ExpiredCount,
+			KeyedPending:     qs.KeyedPending,
+			KeyedRunning:     qs.KeyedRunning,
+			KeyedParked:      qs.KeyedParked,
+			Unacked:          qs.UnackedCount(),
+			Consumers:        qs.ConsumerCount(),
+			Connections:      qs.ConnectionCount(),
 		}
 		for _, conn := range sortedStatsKeys(qs.Connections) {
 			cs := qs.Connections[conn]
@@ -305,6 +312,7 @@ tr.dead { background: #ffebe9; }
 .status.dead { background: #cf222e; color: #fff; }
 .status.stopped { background: #eaeef2; color: #57606a; }
 .status.rate { background: #e0f2fe; color: #075985; }
+.status.groups { background: #ede9fe; color: #5b21b6; }
 .empty { color: #656d76; font-style: italic; }
 </style>
 </head>
@@ -321,7 +329,7 @@ tr.dead { background: #ffebe9; }
 {{- range .Queues}}
 <tbody>
 <tr class="queue" data-queue="{{.Name}}">
-<th scope="row">{{.Name}}{{if .Paused}} <span class="status paused" data-field="paused" title="no connection fetches from it until it is resumed">paused</span>{{end}}{{if not .RateLimit.IsZero}} <span class="status rate" data-field="rate-limit" title="rate limit: at most this many hand-outs in any window of this length">{{.RateLimit}}</span>{{end}}</th>
+<th scope="row">{{.Name}}{{if .Paused}} <span class="status paused" data-field="paused" title="no connection fetches from it until it is resumed">paused</span>{{end}}{{if not .RateLimit.IsZero}} <span class="status rate" data-field="rate-limit" title="rate limit: at most this many hand-outs in any window of this length">{{.RateLimit}}</span>{{end}}{{if or .GroupsPending .GroupsRunning}} <span class="status groups" data-field="groups" title="groups with pending deliveries / groups with deliveries in flight; K: at most this many of a group in flight">groups {{.GroupsPending}}/{{.GroupsRunning}} K={{.GroupConcurrency}}{{if not .GroupRateLimit.IsZero}} {{.GroupRateLimit}}{{end}}</span>{{end}}</th>
 <td data-field="ready">{{.Ready}}</td>
 <td data-field="rejected"{{if .Rejected}} class="nonzero-rejected"{{end}}>{{.Rejected}}</td>
 <td data-field="delayed">{{.Delayed}}</td>

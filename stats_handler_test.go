@@ -690,3 +690,20 @@ func TestHandlerShowsRateLimit(t *testing.T) {
 		t.Errorf("no rate limit in the JSON:\n%s", body)
 	}
 }
+
+// The stats page shows a queue's groups (see Group): the groups with
+// pending deliveries and with deliveries in flight, K and the per-group
+// rate; a queue without grouped work shows none.
+func TestHandlerShowsGroups(t *testing.T) {
+	stub := &handlerStubConn{stats: Stats{QueueStats: map[string]QueueStat{
+		"tenants": {GroupsPending: 3, GroupsRunning: 1, GroupConcurrency: 2, GroupRateLimit: RateLimit{N: 10, Per: time.Second}, Connections: ConnectionStats{}},
+		"mail":    {GroupConcurrency: 1, Connections: ConnectionStats{}},
+	}, OtherConnections: map[string]bool{}}}
+	_, body := handlerGet(t, NewHandler(stub), "/")
+	if !strings.Contains(body, ">groups 3/1 K=2 10/1s<") {
+		t.Errorf("no groups 3/1 K=2 10/1s on the page:\n%s", body)
+	}
+	if n := strings.Count(body, `data-field="groups"`); n != 1 {
+		t.Errorf("%d queues show groups, want only tenants", n)
+	}
+}

@@ -667,3 +667,23 @@ func TestRateLimitShown(t *testing.T) {
 		t.Error("GET /queues/thumbs: a rate limit shown for a queue without one")
 	}
 }
+
+// A queue's groups show on its overview row and its page: groups pending
+// and running, K and the per-group rate; a queue without grouped work
+// shows none.
+func TestGroupsShown(t *testing.T) {
+	f := fakeWithData()
+	info := &f.queue("emails").info
+	info.GroupsPending, info.GroupsRunning, info.GroupConcurrency = 4, 2, 3
+	info.GroupRateLimit = redq.RateLimit{N: 5, Per: time.Minute}
+	b := newBrowser(t, mustHandler(t, f, Options{}), "")
+	for _, path := range []string{"/", "/queues/emails"} {
+		_, body := b.get(path)
+		if !strings.Contains(body, `data-field="groups"`) || !strings.Contains(body, ">groups 4/2 K=3 5/1m0s<") {
+			t.Errorf("GET %s: no groups 4/2 K=3 5/1m0s in the page", path)
+		}
+	}
+	if _, body := b.get("/queues/thumbs"); strings.Contains(body, `data-field="groups"`) {
+		t.Error("GET /queues/thumbs: groups shown for a queue without grouped work")
+	}
+}

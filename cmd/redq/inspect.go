@@ -65,10 +65,10 @@ func queuesCommand(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer)
 			fmt.Fprintf(stderr, "redq: no open queues in namespace %q\n", rf.namespace)
 		}
 		tw := newTable(stdout)
-		fmt.Fprintln(tw, "QUEUE\tREADY\tDELAYED\tUNACKED\tREJECTED\tKEYED\tPAUSED\tRATE\tCONSUMERS\tCONNECTIONS\tPUBLISHED\tACKED\tREJECTS\tRETRIED")
+		fmt.Fprintln(tw, "QUEUE\tREADY\tDELAYED\tUNACKED\tREJECTED\tKEYED\tPAUSED\tRATE\tGROUPS\tCONSUMERS\tCONNECTIONS\tPUBLISHED\tACKED\tREJECTS\tRETRIED")
 		for _, q := range queues {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Ready, q.Delayed, q.Unacked, q.Rejected,
-				q.KeyedPending, yesNo(q.Paused), rateText(q.RateLimit), q.Consumers, q.Connections, q.Published, q.Acked, q.Rejects, q.Retried)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Ready, q.Delayed, q.Unacked, q.Rejected,
+				q.KeyedPending, yesNo(q.Paused), rateText(q.RateLimit), groupsText(q), q.Consumers, q.Connections, q.Published, q.Acked, q.Rejects, q.Retried)
 		}
 		return tw.Flush()
 	}
@@ -689,6 +689,21 @@ func rateText(l redq.RateLimit) string {
 		return "-"
 	}
 	return l.String()
+}
+
+// groupsText is a queue's grouped work in a table (see redq.Group): the
+// groups with pending deliveries / with deliveries in flight, the in-flight
+// limit per group and the per-group rate limit, as "3/1 K=2 10/1s"; "-"
+// when no group has pending or running deliveries.
+func groupsText(q redq.QueueInfo) string {
+	if q.GroupsPending == 0 && q.GroupsRunning == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%d K=%d", q.GroupsPending, q.GroupsRunning, q.GroupConcurrency)
+	if !q.GroupRateLimit.IsZero() {
+		s += " " + q.GroupRateLimit.String()
+	}
+	return s
 }
 
 func yesNo(b bool) string {

@@ -412,3 +412,33 @@ func TestQueuesShowRateLimit(t *testing.T) {
 		}
 	})
 }
+
+// redq queues shows a queue's groups: pending/running, K and the
+// per-group rate, and "-" for a queue without grouped work.
+func TestQueuesShowGroups(t *testing.T) {
+	forBackends(t, func(t *testing.T, tg target) {
+		conn := tg.open(t, "producer")
+		q, err := conn.OpenQueue("tenants", redq.WithGroupConcurrency(2), redq.WithGroupRateLimit(10, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range []string{"a", "a", "b"} {
+			if err := q.Put(context.Background(), []byte("job"), redq.Group(g)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.OpenQueue("mail"); err != nil {
+			t.Fatal(err)
+		}
+		qs := tg.queues(t)
+		if got := qs["tenants"]; got.GroupsPending != 2 || got.GroupConcurrency != 2 || got.GroupRateLimit != (redq.RateLimit{N: 10, Per: time.Second}) {
+			t.Errorf("queues --json: tenants %+v, want 2 groups pending, K=2, 10/1s", got)
+		}
+		text := mustRedq(t, tg.args("queues")...)
+		if !regexp.MustCompile(`(?m)^QUEUE\s.*\sRATE\s+GROUPS\s`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^tenants\s.*\s-\s+2/0 K=2 10/1s\s`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^mail\s.*\sno\s+-\s+-\s`).MatchString(text) {
+			t.Errorf("queues:\n%s", text)
+		}
+	})
+}
