@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Stats is a snapshot of queue, timer and round counts, read in two round
-// trips.
+// Stats is a snapshot of queue, timer, round and schedule counts, read in
+// two round trips.
 type Stats struct {
 	// QueueStats holds one entry per requested queue.
 	QueueStats QueueStats `json:"queues"`
@@ -33,6 +33,10 @@ type Stats struct {
 	// OpenRound), whichever queues were requested; nil when there are
 	// none.
 	RoundStats map[string]RoundStat `json:"rounds,omitempty"`
+	// ScheduleStats holds one entry per schedule set of the namespace (see
+	// OpenSchedules); nil when there is none. Reading a set's counts reads
+	// each of its schedules' records in Redis.
+	ScheduleStats map[string]ScheduleSetStat `json:"schedules,omitempty"`
 }
 
 // TimerStat holds the counts of one timer set.
@@ -197,6 +201,7 @@ func (s Stats) String() string {
 		fmt.Fprintf(&b, "connection %s %s\n", c, stateWord(s.OtherConnections[c], s.StoppedConnections[c]))
 	}
 	writeRoundStats(&b, s.RoundStats)
+	writeScheduleStats(&b, s.ScheduleStats)
 	return b.String()
 }
 
@@ -300,7 +305,7 @@ func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []s
 }
 
 // collectStats reads the stats of the queues queueList (and every timer
-// set and round) of the namespace of g: the work of CollectStats, shared
+// set, round and schedule set) of the namespace of g: the work of CollectStats, shared
 // by connections and the Inspector. It reads only: two round trips.
 func collectStats(ctx context.Context, client redis.UniversalClient, g globalKeys, queueList []string) (Stats, error) {
 	stats := Stats{QueueStats: map[string]QueueStat{}, OtherConnections: map[string]bool{}}
@@ -325,6 +330,7 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	members := pipe.SMembers(ctx, g.connections)
 	timerSets := pipe.SMembers(ctx, g.timers)
 	rounds := pipe.SMembers(ctx, g.rounds())
+	scheduleSets := pipe.SMembers(ctx, g.schedules)
 	_, err := pipe.Exec(ctx)
 	counts := make([][]int64, len(queueList))
 	for i, q := range qc {
@@ -345,6 +351,9 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	if err := rounds.Err(); err != nil {
 		return stats, errorf("redq: collect stats: %w", err)
 	}
+	if err := scheduleSets.Err(); err != nil {
+		return stats, errorf("redq: collect stats: %w", err)
+	}
 	for _, q := range qc {
 		if err := q.consumers.Err(); err != nil {
 			return stats, errorf("redq: collect stats: %w", err)
@@ -354,7 +363,8 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 	for _, m := range members.Val() {
 		registered[m] = true
 	}
-	// Round trip 2: unacked counts, heartbeats and the rounds' counts.
+	// Round trip 2: unacked counts, heartbeats and the counts of timer
+	// sets, rounds and schedule sets.
 	pipe = client.Pipeline()
 	unacked := make([]map[string]*redis.IntCmd, len(queueList))
 	beats := map[string]*redis.IntCmd{}
@@ -382,9 +392,15 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 		timerCounts[i] = scripts.counts.EvalSha(ctx, pipe, timerKeys[i].block0())
 	}
 	roundCmds := queueRoundStats(ctx, pipe, g.ns, rounds.Val())
-	if len(beats)+len(timerCounts)+len(roundCmds) > 0 {
-		// A script may not be cached (NOSCRIPT): countsOf and roundStats
-		// run it again; every other command must have succeeded.
+	setNames := scheduleSets.Val()
+	setCounts := make([]*redis.Cmd, len(setNames))
+	for i, name := range setNames {
+		setCounts[i] = scripts.scheduleCounts.EvalSha(ctx, pipe, scheduleSetKeys(g.ns, name).scriptKeys())
+	}
+	if len(beats)+len(timerCounts)+len(roundCmds)+len(setCounts) > 0 {
+		// A script may not be cached (NOSCRIPT): countsOf, roundStats and
+		// scheduleSetStatOf run it again; every other command must have
+		// succeeded.
 		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
 			return stats, errorf("redq: collect stats: %w", err)
 		}
@@ -409,6 +425,16 @@ func collectStats(ctx context.Context, client redis.UniversalClient, g globalKey
 			return stats, errorf("redq: collect stats: %w", err)
 		}
 		stats.RoundStats = rs
+	}
+	if len(setCounts) > 0 {
+		stats.ScheduleStats = make(map[string]ScheduleSetStat, len(setNames))
+	}
+	for i, name := range setNames {
+		st, err := scheduleSetStatOf(ctx, client, setCounts[i], scheduleSetKeys(g.ns, name))
+		if err != nil {
+			return stats, errorf("redq: collect stats: schedule set %q: %w", name, err)
+		}
+		stats.ScheduleStats[name] = st
 	}
 	if len(timerCounts) > 0 {
 		stats.TimerStats = map[string]TimerStat{}
@@ -515,7 +541,6 @@ func (s Stats) RoundNames() []string {
 	return sortedStatsKeys(s.RoundStats)
 }
 
-// writeRoundStats appends the rounds table to the text form of Stats.
 // writeTimerStats writes the timer sets as a table, as the queues and
 // rounds are written.
 func writeTimerStats(b *strings.Builder, timers map[string]TimerStat) {
@@ -529,6 +554,7 @@ func writeTimerStats(b *strings.Builder, timers map[string]TimerStat) {
 	}
 }
 
+// writeRoundStats appends the rounds table to the text form of Stats.
 func writeRoundStats(b *strings.Builder, rounds map[string]RoundStat) {
 	if len(rounds) == 0 {
 		return
@@ -537,5 +563,27 @@ func writeRoundStats(b *strings.Builder, rounds map[string]RoundStat) {
 	for _, name := range sortedStatsKeys(rounds) {
 		r := rounds[name]
 		fmt.Fprintf(b, "%-30s %10s %10s %10d %10d %12s %10.1f %10d %10d\n", name, r.Period, r.TTL, r.ItemCount, r.DueCount, r.OldestLag, r.IssuedPerSecond, r.IssuedCount, r.ExpiredCount)
+	}
+}
+
+// ScheduleNames returns the schedule set names in order.
+func (s Stats) ScheduleNames() []string {
+	return sortedStatsKeys(s.ScheduleStats)
+}
+
+// writeScheduleStats appends the schedule sets table to the text form of
+// Stats.
+func writeScheduleStats(b *strings.Builder, sets map[string]ScheduleSetStat) {
+	if len(sets) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%-30s %10s %10s %10s %10s %s\n", "schedule set", "schedules", "paused", "fired", "skipped", "next due")
+	for _, name := range sortedStatsKeys(sets) {
+		st := sets[name]
+		next := "-"
+		if !st.NextDue.IsZero() {
+			next = st.NextDue.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(b, "%-30s %10d %10d %10d %10d %s\n", name, st.Schedules, st.Paused, st.Fired, st.Skipped, next)
 	}
 }

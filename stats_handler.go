@@ -157,6 +157,14 @@ type statsPage struct {
 	OthersDead   int
 	Timers       []statsTimerRow
 	Rounds       []statsRoundRow
+	Schedules    []statsScheduleRow
+}
+
+type statsScheduleRow struct {
+	Name                              string
+	Schedules, Paused, Fired, Skipped int64
+	NextDue                           string
+	Late                              bool
 }
 
 type statsTimerRow struct {
@@ -257,6 +265,16 @@ func newStatsPage(s Stats, sq statsQuery, now time.Time) statsPage {
 			Items: rs.ItemCount, Due: rs.DueCount, Issued: rs.IssuedCount, Expired: rs.ExpiredCount,
 			IssuedPerSecond: strconv.FormatFloat(rs.IssuedPerSecond, 'f', 1, 64), Lagging: rs.OldestLag > rs.Period,
 		})
+	}
+	for _, name := range s.ScheduleNames() {
+		st := s.ScheduleStats[name]
+		row := statsScheduleRow{Name: name, Schedules: st.Schedules, Paused: st.Paused, Fired: st.Fired, Skipped: st.Skipped, NextDue: "-"}
+		if !st.NextDue.IsZero() {
+			row.NextDue = st.NextDue.UTC().Format("2006-01-02 15:04:05 UTC")
+			// a tick a minute overdue: no process runs the set's loop
+			row.Late = now.Sub(st.NextDue) > time.Minute
+		}
+		p.Schedules = append(p.Schedules, row)
 	}
 	for _, conn := range sortedStatsKeys(s.OtherConnections) {
 		active := s.OtherConnections[conn]
@@ -389,6 +407,26 @@ tr.dead { background: #ffebe9; }
 <td data-field="issuedPerSecond">{{.IssuedPerSecond}}</td>
 <td data-field="issued">{{.Issued}}</td>
 <td data-field="expired">{{.Expired}}</td>
+</tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}
+{{- if .Schedules}}
+<h2>Schedules</h2>
+<table id="schedules">
+<thead>
+<tr><th scope="col">schedule set</th><th scope="col">schedules</th><th scope="col">paused</th><th scope="col" title="ticks published">fired</th><th scope="col" title="ticks left out by a catch-up or overlap policy">skipped</th><th scope="col" title="the earliest next tick of a schedule that is not paused">next due</th></tr>
+</thead>
+<tbody>
+{{- range .Schedules}}
+<tr class="schedules" data-schedules="{{.Name}}">
+<th scope="row">{{.Name}}</th>
+<td data-field="schedules">{{.Schedules}}</td>
+<td data-field="paused">{{.Paused}}</td>
+<td data-field="fired">{{.Fired}}</td>
+<td data-field="skipped">{{.Skipped}}</td>
+<td data-field="nextDue"{{if .Late}} class="lagging" title="over a minute overdue: no process runs this set's loop (Schedules.Run)"{{end}}>{{.NextDue}}</td>
 </tr>
 {{- end}}
 </tbody>

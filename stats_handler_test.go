@@ -707,3 +707,35 @@ func TestHandlerShowsGroups(t *testing.T) {
 		t.Errorf("%d queues show groups, want only tenants", n)
 	}
 }
+
+// Stats count each schedule set (schedules, paused, the next tick), in the
+// struct, its text form and on the stats page; a namespace without one has
+// none.
+func TestStatsShowScheduleSets(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		c := openT(t, b, "sched-stats", namespace())
+		if s := mustStats(t, c); s.ScheduleStats != nil {
+			t.Fatalf("schedule stats %v before any set", s.ScheduleStats)
+		}
+		s := openSchedules(t, c, "nightly")
+		mustSchedule(t, s, "report", "0 0 3 * * *", "report")
+		mustSchedule(t, s, "cleanup", "0 30 3 * * *", "cleanup")
+		if err := s.Pause(ctx, "cleanup"); err != nil {
+			t.Fatal(err)
+		}
+		want := mustScheduleInfo(t, s, "report").Next
+		st := mustStats(t, c).ScheduleStats["nightly"]
+		if st.Schedules != 2 || st.Paused != 1 || !st.NextDue.Equal(want) {
+			t.Fatalf("stats of nightly: %+v, want 2 schedules, 1 paused, next due %v", st, want)
+		}
+		if text := mustStats(t, c).String(); !regexp.MustCompile(`(?m)^nightly\s+2\s+1\s+0\s+0\s+` + regexp.QuoteMeta(want.UTC().Format(time.RFC3339)) + `$`).MatchString(text) {
+			t.Errorf("text form:\n%s", text)
+		}
+		_, body := handlerGet(t, NewHandler(c), "/")
+		if !strings.Contains(body, `data-schedules="nightly"`) || !strings.Contains(body, `<td data-field="paused">1</td>`) ||
+			!strings.Contains(body, want.UTC().Format("2006-01-02 15:04:05 UTC")) {
+			t.Errorf("no schedule set nightly (2 schedules, 1 paused) on the page:\n%s", body)
+		}
+	})
+}
