@@ -95,6 +95,13 @@ func (s *soak) runSchedules(ctx context.Context, stdout io.Writer) (bool, error)
 	if err := <-faultsDone; err != nil {
 		abort(err)
 	}
+	// The last fault may end just now (a Redis restart, a loop stopped
+	// until declared dead): let the loops come back before the schedules
+	// are paused, so that the stall check below judges the loops after
+	// the faults, not the last outage itself.
+	if runCtx.Err() == nil {
+		s.waitLoopsRecovered(runCtx, sched, time.Now(), scheduleRecoverLimit)
+	}
 
 	// Stop the schedules (Pause, as an operator would), then wait for
 	// every tick fired to reach the queue: a tick staged by a loop that
@@ -506,5 +513,51 @@ func (w *soakWorker) runScheduleLoop(ctx context.Context, conn redq.Connection, 
 		waitClosed(conn.StopAllConsuming(), 30*time.Second)
 		w.log.event(lineStopped, stoppedHB, nowNano())
 		return ExitError{Code: workerExitHBErrors, Err: fmt.Errorf("the schedules loop ended: %w", err)}
+	}
+}
+
+// scheduleRecoverLimit bounds how long the soak waits, after its last
+// fault, for every schedule to fire again; one that does not counts as
+// stalled.
+const scheduleRecoverLimit = 20 * time.Second
+
+// waitLoopsRecovered waits until every schedule of sched published a tick
+// due after since, or for limit at most.
+func (s *soak) waitLoopsRecovered(ctx context.Context, sched redq.Schedules, since time.Time, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		behind, err := schedulesBehind(ctx, sched, since)
+		if err == nil && behind == 0 {
+			s.out.Logf("soak %s: every schedule fired again after the last fault", s.since())
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	s.out.Logf("soak %s: not every schedule fired again within %v of the last fault", s.since(), limit)
+}
+
+// schedulesBehind counts the schedules of sched whose last tick is not
+// after since.
+func schedulesBehind(ctx context.Context, sched redq.Schedules, since time.Time) (int, error) {
+	behind := 0
+	var cursor uint64
+	for {
+		page, next, err := sched.List(ctx, cursor, 500)
+		if err != nil {
+			return 0, err
+		}
+		for _, in := range page {
+			if !in.LastFire.After(since) {
+				behind++
+			}
+		}
+		if next == 0 {
+			return behind, nil
+		}
+		cursor = next
 	}
 }
