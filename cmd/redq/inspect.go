@@ -30,7 +30,8 @@ const previewRunes = 40
 const inspectDetails = `
 States: ready, delayed, rejected, unacked (held by a connection: --connection
 narrows it to one) and keyed (items pending under a key; their KEY column is
-what run-now and cancel take). A page is a snapshot; --cursor takes the
+what run-now and cancel take). Ready lists pending grouped deliveries last,
+with their GROUP. A page is a snapshot; --cursor takes the
 value printed under the table (or "next" in --json) to read the next one.
 --search keeps the entries whose payload contains the text or whose id
 starts with it; it examines a bounded number of entries per page and says
