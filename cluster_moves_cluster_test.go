@@ -126,6 +126,31 @@ func TestClusterMovesAcrossSlots(t *testing.T) {
 		}
 	})
 
+	// Grouped takes pushed across slots (move_apply.lua) land once in
+	// their group's line there, and free their slots in the source.
+	t.Run("grouped push", func(t *testing.T) {
+		ns := namespace()
+		c, err := openConn(client, "gcolo", nil, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-c.StopAllConsuming() })
+		q := openQueue(t, c, "tenants")
+		other := openQueue(t, c, "tenants-failed")
+		if q.sameSlot(other) {
+			t.Fatal("test queues share a slot")
+		}
+		q.SetPushQueue(other)
+		if !c.stagesPush(q, other) {
+			t.Fatal("a push across slots on a cluster client does not stage")
+		}
+		insp, err := NewInspector(client, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groupedPush(t, c, insp, q, other)
+	})
+
 	// Every key declared: while the queue's slot is being migrated, with
 	// its keys split between two masters, scripts get ASK or TRYAGAIN,
 	// which are retried, and none fails or creates a key on the wrong node

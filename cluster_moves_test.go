@@ -144,6 +144,85 @@ func TestStagedPushLandsOnce(t *testing.T) {
 	})
 }
 
+// grouped pushes grouped takes of q (a1 and b1; a2 stays pending) to dst
+// by Push and a batch Push, and checks that they arrive once, each in its
+// group's line in dst, and that their slots in q are free: q hands out a2.
+func groupedPush(t *testing.T, c *redisConnection, insp *Inspector, q, dst *redisQueue) {
+	t.Helper()
+	ctx := context.Background()
+	putGroup(t, c, q.name, "a", "a1", "a2")
+	putGroup(t, c, q.name, "b", "b1")
+	ds := take(t, q, 2)
+	if err := ds[0].Push(); err != nil {
+		t.Fatal(err)
+	}
+	if errs := (Deliveries{ds[1]}).Push(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := ds[0].Push(); !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("second push: %v, want ErrorNotFound", err)
+	}
+	if left := outbox(t, q); len(left) != 0 {
+		t.Fatalf("outbox holds %v", left)
+	}
+	for _, g := range []string{"a", "b"} {
+		if n := inFlight(t, q, g); n != 0 {
+			t.Fatalf("group %s of the source has %d in flight after the push, want 0", g, n)
+		}
+	}
+	p, err := insp.List(ctx, dst.name, ListOptions{State: StateReady})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range p.Items {
+		if _, dup := got[string(d.Payload)]; dup {
+			t.Fatalf("%s is twice in the push queue", d.Payload)
+		}
+		got[string(d.Payload)] = d.Group
+	}
+	if len(got) != 2 || got["a1"] != "a" || got["b1"] != "b" {
+		t.Fatalf("the push queue holds %v (payload: group), want a1: a, b1: b", got)
+	}
+	for _, g := range []string{"a", "b"} {
+		if ok, err := c.client.HExists(ctx, dst.keys.gidx(), g).Result(); err != nil || !ok {
+			t.Fatalf("group %s has no line in the push queue: %v", g, err)
+		}
+	}
+	// the source's slot of a is free: a2 is handed out
+	if d := mustTake(t, q, 5*time.Second); d.Payload() != "a2" {
+		t.Fatalf("the source handed out %q, want a2", d.Payload())
+	} else if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	moved := take(t, dst, 2)
+	for _, d := range moved {
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groupsClean(t, q)
+	groupsClean(t, dst)
+}
+
+// The staged move of grouped takes (forced on, as between cluster slots):
+// each lands once in its group's line of the push queue, keeping its
+// group, and frees its group's slot in the source.
+func TestStagedPushOfGroupedLandsOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ns := namespace()
+		c := openT(t, b, "stage", ns)
+		c.forceStaged = true
+		q := openQueue(t, c, "work")
+		dst := openQueue(t, c, "failed")
+		q.SetPushQueue(dst)
+		if !c.stagesPush(q, dst) {
+			t.Fatal("the push does not stage")
+		}
+		groupedPush(t, c, newInspectorT(t, b, ns), q, dst)
+	})
+}
+
 // A pusher that stops between step 1 and step 2 (here its goroutine ends
 // there, as a process killed there would) leaves the delivery staged: in
 // no queue, but in Redis. A cleaner finishes the move, and the move

@@ -103,6 +103,8 @@ type DeliveryInfo struct {
 	Connection string
 	// Key is the key of a keyed item.
 	Key string
+	// Group is the group of a grouped delivery (see Group); "" for others.
+	Group string
 	// Payload is the payload, cut to at most ListOptions.MaxPayload bytes
 	// (default 1024).
 	Payload []byte

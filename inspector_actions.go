@@ -52,6 +52,10 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 		where = "d"
 	case StateReady:
 		where = "r" + strconv.Itoa(f.e.level)
+		if f.e.field != "" {
+			// a pending grouped delivery: by its field in its group's line
+			where, subject = "g", f.e.field
+		}
 	}
 	// The token makes a resend of this call (its reply lost) answer done
 	// from the receipt the first send left, not "no longer there".
@@ -68,7 +72,8 @@ func (i *Inspector) act(ctx context.Context, verb, queue, id string, what string
 }
 
 // Delete removes a ready, delayed, rejected or pending keyed delivery by id
-// (a keyed one is cancelled: see Cancel). It looks the delivery up and
+// (a keyed one is cancelled: see Cancel), and a pending grouped one from
+// its group's line (the rest of the line keeps its order). It looks the delivery up and
 // then removes exactly that envelope in one script, so a delivery that a
 // consumer took meanwhile is not touched: the error then matches
 // ErrorNotFound and nothing was changed. An unacked delivery is refused

@@ -24,11 +24,13 @@ type raw struct {
 	conn  string // unacked: the connection holding it
 	level int    // ready: the priority list it is in
 	key   string // keyed: the key
+	field string // ready, grouped: its field group\0seq in gitems
 }
 
 // listPos is where a listing stands: the cursor, decoded. For ready, level
 // is the priority list (MaxPriority down to 0) and off the index from the
-// list's tail (the next to be taken first); for delayed and rejected, off
+// list's tail (the next to be taken first), then level -1 for the pending
+// grouped deliveries, with scan the HSCAN cursor of gitems; for delayed and rejected, off
 // is the index (delayed by due time, rejected newest first); for unacked,
 // conn is the connection and scan its HSCAN cursor; for keyed, scan is
 // the HSCAN cursor of the pending items.
@@ -62,7 +64,11 @@ func decodeCursor(s DeliveryState, c string) (listPos, error) {
 	p.off, e2 = strconv.ParseInt(f[2], 10, 64)
 	p.scan, e3 = strconv.ParseUint(f[3], 10, 64)
 	p.conn = f[4]
-	if e1 != nil || e2 != nil || e3 != nil || p.level < 0 || p.level > MaxPriority || p.off < 0 {
+	low := 0
+	if s == StateReady {
+		low = -1 // the pending grouped deliveries
+	}
+	if e1 != nil || e2 != nil || e3 != nil || p.level < low || p.level > MaxPriority || p.off < 0 {
 		return listPos{}, bad
 	}
 	return p, nil
@@ -76,6 +82,7 @@ type reader struct {
 	conn  string   // unacked: only this connection ("": all)
 	conns []string // unacked: the connections, sorted
 	lens  []int64  // ready: the length of each priority list
+	glen  int64    // ready: how many pending grouped deliveries
 }
 
 // open reads what a listing of the state needs up front and returns the
@@ -89,6 +96,7 @@ func (r *reader) open(ctx context.Context) (int64, error) {
 		for p := 0; p <= MaxPriority; p++ {
 			cmds[p] = pipe.LLen(ctx, r.readyKey(p))
 		}
+		glen := pipe.HLen(ctx, r.k.gitems())
 		cnt := scripts.counts.EvalSha(ctx, pipe, r.k.block0())
 		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
 			return 0, err
@@ -97,6 +105,7 @@ func (r *reader) open(ctx context.Context) (int64, error) {
 		for p, cmd := range cmds {
 			r.lens[p] = cmd.Val()
 		}
+		r.glen = glen.Val()
 		n, err := countsOf(ctx, c, cnt, r.k)
 		if err != nil {
 			return 0, err
@@ -154,7 +163,10 @@ func (r *reader) next(ctx context.Context, p listPos, n int) ([]raw, listPos, bo
 			p.level, p.off = p.level-1, 0
 		}
 		if p.level < 0 {
-			return nil, p, true, nil
+			if r.glen == 0 {
+				return nil, p, true, nil
+			}
+			return r.nextGrouped(ctx, p, n)
 		}
 		vals, err := c.LRange(ctx, r.readyKey(p.level), -(p.off + int64(n)), -(p.off + 1)).Result()
 		if err != nil {
@@ -167,9 +179,9 @@ func (r *reader) next(ctx context.Context, p listPos, n int) ([]raw, listPos, bo
 		p.off += int64(len(vals))
 		if len(vals) < n {
 			// the list ended (or shrank): go on with the next level
-			p.level, p.off = p.level-1, 0
+			p.level, p.off, p.scan = p.level-1, 0, 0
 		}
-		return out, p, p.level < 0, nil
+		return out, p, p.level < 0 && r.glen == 0, nil
 	case StateDelayed:
 		zs, err := c.ZRangeWithScores(ctx, r.k.block[2], p.off, p.off+int64(n)-1).Result()
 		if err != nil {
@@ -235,6 +247,22 @@ func (r *reader) next(ctx context.Context, p listPos, n int) ([]raw, listPos, bo
 		return out, p, false, nil
 	}
 	return out, p, true, nil
+}
+
+// nextGrouped reads the pending grouped deliveries of a ready listing
+// (level -1), a window of an HSCAN of gitems from p.scan on: they come
+// after the ready lists, in no particular order.
+func (r *reader) nextGrouped(ctx context.Context, p listPos, n int) ([]raw, listPos, bool, error) {
+	kv, cur, err := r.i.client.HScan(ctx, r.k.gitems(), p.scan, "", int64(n)).Result()
+	if err != nil {
+		return nil, p, false, err
+	}
+	out := make([]raw, 0, len(kv)/2)
+	for j := 0; j+1 < len(kv); j += 2 {
+		out = append(out, raw{env: kv[j+1], level: -1, field: kv[j]})
+	}
+	p.scan = cur
+	return out, p, cur == 0, nil
 }
 
 // parseKeyedRecord splits a pending record "ver,first,limit,updates,mode;"
@@ -308,7 +336,7 @@ func parseStub(s string) (int64, string, bool) {
 func (r *reader) info(queue string, e raw, maxPayload int) DeliveryInfo {
 	env, _ := decodeEnvelope(e.env)
 	d := DeliveryInfo{
-		ID: hex.EncodeToString([]byte(env.id)), Queue: queue, State: r.state, Connection: e.conn, Key: e.key,
+		ID: hex.EncodeToString([]byte(env.id)), Queue: queue, State: r.state, Connection: e.conn, Key: e.key, Group: env.group,
 		PayloadSize: len(env.payload), Header: env.header, Attempts: env.attempts, Priority: env.priority,
 		PublishedAt: publishedAt(env.id),
 	}
@@ -324,7 +352,7 @@ func (r *reader) info(queue string, e raw, maxPayload int) DeliveryInfo {
 	case env.key != "" && env.due > 0 && r.state != StateRejected && r.state != StateUnacked:
 		d.DueAt = time.UnixMilli(env.due)
 	}
-	if r.state == StateReady {
+	if r.state == StateReady && e.level >= 0 {
 		d.Priority = e.level
 	}
 	if env.header != nil {
@@ -351,7 +379,10 @@ func matches(e raw, search string) bool {
 // first), unacked (connection by connection, in no particular order
 // within one) or keyed (pending keyed items, in no particular order).
 // Keyed items waiting in ready or delayed show as their item (with Key
-// set). A page is read by index windows (LRANGE, ZRANGE) or a hash scan,
+// set). Pending grouped deliveries (see Group) come last in ready, with
+// Group set and Priority 0, in no particular order (a hash scan: as for
+// keyed and unacked, a page that reaches them shows a scan's window
+// whole, so it may hold more than Limit entries). A page is read by index windows (LRANGE, ZRANGE) or a hash scan,
 // so a page costs the same at any depth of a list of millions; entries
 // that move between two pages may be skipped or shown twice. A search
 // examines at most MaxSearchScan entries per call and says how many in
@@ -429,7 +460,9 @@ func (i *Inspector) List(ctx context.Context, queue string, o ListOptions) (Page
 		if done {
 			return page, nil
 		}
-		if len(page.Items) >= limit || o.Search == "" || page.Scanned >= MaxSearchScan {
+		if len(page.Items) >= limit || page.Scanned >= MaxSearchScan || (o.Search == "" && o.State != StateReady) {
+			// (a page of ready goes on into the next priority, and the
+			// grouped deliveries, until it is full)
 			page.Next = encodeCursor(o.State, pos)
 			return page, nil
 		}
@@ -443,6 +476,9 @@ func (r *reader) within(p listPos, n int) (listPos, bool) {
 	case StateReady:
 		for p.level >= 0 && p.off >= r.lens[p.level] {
 			p.level, p.off = p.level-1, 0
+		}
+		if p.level < 0 {
+			return p, false // the grouped ones: a hash scan
 		}
 		p.off += int64(n)
 		return p, true

@@ -549,3 +549,57 @@ func TestRoundCallsRunOnceWhenTheirReplyIsLost(t *testing.T) {
 		}
 	})
 }
+
+// The reply of a fetch that took grouped deliveries is lost and the call
+// is sent again: the resend answers the same takes (from the call's record,
+// where grouped takes are marked), and each group's slot was taken once,
+// so nothing more of a full group is handed out.
+func TestGroupedFetchRunsOnceWhenItsReplyIsLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		r := newFaultRig(t, b.client, backendAddr(b))
+		ctx := context.Background()
+		q := openQueue(t, r.worker, "gq")
+		putGroup(t, r.admin, "gq", "a", "a1", "a2")
+		putGroup(t, r.admin, "gq", "b", "b1", "b2")
+		r.proxy.arm(scripts.fetch.Hash())
+		before := r.proxy.trips()
+		ds, err := q.TakeBatch(ctx, 4, 5*time.Second)
+		if err != nil {
+			t.Fatalf("take whose reply was lost: %v", err)
+		}
+		if r.proxy.trips() != before+1 {
+			t.Fatalf("the proxy lost %d replies, want 1", r.proxy.trips()-before)
+		}
+		got := map[string]bool{}
+		for _, d := range ds {
+			got[d.Payload()] = true
+		}
+		if len(ds) != 2 || !got["a1"] || !got["b1"] {
+			t.Fatalf("the resent fetch answered %d takes %v, want a1 and b1", len(ds), got)
+		}
+		for _, g := range []string{"a", "b"} {
+			if n := inFlight(t, q, g); n != 1 {
+				t.Fatalf("LIBRARY BUG: group %s has %d in flight after one take whose reply was lost, want 1", g, n)
+			}
+		}
+		wantCounts(t, r.admin, "gq", 2, 0, 2)
+		if more, err := q.TakeBatch(ctx, 4, 50*time.Millisecond); !errors.Is(err, ErrorTimeout) {
+			t.Fatalf("a take while both groups are full: %d, %v; want ErrorTimeout", len(more), err)
+		}
+		if errs := ds.Ack(); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		rest := r.takeN(t, q, 2)
+		if p := rest[0].Payload() + rest[1].Payload(); p != "a2b2" && p != "b2a2" {
+			t.Fatalf("after the acks took %q, want a2 and b2", p)
+		}
+		if errs := rest.Ack(); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		wantCounts(t, r.admin, "gq", 0, 0, 0)
+		groupsClean(t, q)
+	})
+}

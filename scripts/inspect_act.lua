@@ -7,8 +7,8 @@
 --
 -- ARGV[1] what: 'D' delete, 'T' retry (to the back of its priority's
 -- ready line, now); ARGV[2] where: 'j' rejected, 'd' delayed, 'r'
--- followed by the priority (a ready list), or 'k' a pending keyed item
--- (see below); ARGV[3] the envelope.
+-- followed by the priority (a ready list), 'k' a pending keyed item or
+-- 'g' a pending grouped delivery (see below); ARGV[3] the envelope.
 -- A delivery retried from rejected is counted as retried (see tally) and
 -- starts over as if published anew (attempts 0, as ReturnRejected does),
 -- a keyed one is upserted by its key.
@@ -68,6 +68,25 @@ local function act()
       redis.call('HSET', kp, key, K.make_rec(s, with_meta(ke, m, stop)))
       push_ready(P, m[2], {st}, false)
     end
+    return 1
+  end
+
+  -- A pending grouped delivery, by its field in gitems (ARGV[3], group\0seq)
+  -- and its id (ARGV[4]): deleted only while that field still holds that
+  -- delivery. Its group's line stays right (see G.removed). Only 'D' comes
+  -- here (Retry refuses ready deliveries).
+  if where == 'g' then
+    local f = ARGV[3]
+    local ge = redis.call('HGET', P.gitems, f)
+    if not ge or string.sub(ge, 2, IDLEN + 1) ~= ARGV[4] then
+      return 0
+    end
+    if what ~= 'D' then
+      return redis.error_reply('ERR only delete applies to a pending grouped delivery')
+    end
+    redis.call('HDEL', P.gitems, f)
+    local G = grouped()
+    G.removed(P, G.group_of(ge))
     return 1
   end
 

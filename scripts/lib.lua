@@ -1012,6 +1012,29 @@ local function grouped()
     return got
   end
 
+  -- Field f of group g's line (group\0seq) was just removed from gitems
+  -- (the Inspector deleted that pending delivery): head and tail move past
+  -- the fields no longer there, so that they stay on deliveries; a hole
+  -- left in the middle of the line is skipped by the take that meets it.
+  -- A line that empties leaves the ring (a group waiting in gwait stays
+  -- there: promote finds no line and only looks after its rate log).
+  function G.removed(P, g)
+    local h, t, q = G.line(P, g)
+    if not h then
+      return
+    end
+    while h < t and redis.call('HEXISTS', P.gitems, g .. '\0' .. h) == 0 do
+      h = h + 1
+    end
+    while t > h and redis.call('HEXISTS', P.gitems, g .. '\0' .. (t - 1)) == 0 do
+      t = t - 1
+    end
+    if h >= t and q then
+      redis.call('LREM', P.gring, 0, g)
+    end
+    G.set_line(P, g, h, t, q)
+  end
+
   -- Remove up to n pending grouped deliveries (Drain), the head of each
   -- line first, appending them to out. Returns how many.
   function G.drain(P, n, out)

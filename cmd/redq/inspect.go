@@ -30,7 +30,8 @@ const previewRunes = 40
 const inspectDetails = `
 States: ready, delayed, rejected, unacked (held by a connection: --connection
 narrows it to one) and keyed (items pending under a key; their KEY column is
-what run-now and cancel take). A page is a snapshot; --cursor takes the
+what run-now and cancel take). Ready lists pending grouped deliveries last,
+with their GROUP. A page is a snapshot; --cursor takes the
 value printed under the table (or "next" in --json) to read the next one.
 --search keeps the entries whose payload contains the text or whose id
 starts with it; it examines a bounded number of entries per page and says
@@ -134,7 +135,7 @@ func inspectCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer,
 		case redq.StateRejected:
 			fmt.Fprintln(tw, "ID\tRETRIED\tPUBLISHED\tREASON\tSIZE\tPAYLOAD")
 		default:
-			fmt.Fprintln(tw, "ID\tPRIORITY\tRETRIED\tPUBLISHED\tSIZE\tPAYLOAD")
+			fmt.Fprintln(tw, "ID\tPRIORITY\tGROUP\tRETRIED\tPUBLISHED\tSIZE\tPAYLOAD")
 		}
 		now := time.Now()
 		for _, d := range page.Items {
@@ -149,7 +150,7 @@ func inspectCommand(fs *flag.FlagSet) func(context.Context, []string, io.Writer,
 			case redq.StateRejected:
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", d.ID, d.Attempts, when(d.PublishedAt, now), cell(shorten(d.Reason, previewRunes)), d.PayloadSize, p)
 			default:
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", d.ID, d.Priority, d.Attempts, when(d.PublishedAt, now), d.PayloadSize, p)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\n", d.ID, d.Priority, cell(d.Group), d.Attempts, when(d.PublishedAt, now), d.PayloadSize, p)
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -219,6 +220,7 @@ func writeDelivery(w io.Writer, d redq.DeliveryInfo, now time.Time) error {
 	row("queue", d.Queue)
 	row("state", string(d.State))
 	row("key", d.Key)
+	row("group", d.Group)
 	row("connection", d.Connection)
 	row("retried", strconv.Itoa(d.Attempts))
 	row("priority", strconv.Itoa(d.Priority))
@@ -473,6 +475,7 @@ type deliveryJSON struct {
 	State         string      `json:"state"`
 	Connection    string      `json:"connection,omitempty"`
 	Key           string      `json:"key,omitempty"`
+	Group         string      `json:"group,omitempty"`
 	Payload       *string     `json:"payload,omitempty"`
 	PayloadBase64 *string     `json:"payloadBase64,omitempty"`
 	PayloadSize   int         `json:"payloadSize"`
@@ -487,7 +490,7 @@ type deliveryJSON struct {
 }
 
 func newDeliveryJSON(d redq.DeliveryInfo) deliveryJSON {
-	j := deliveryJSON{ID: d.ID, Queue: d.Queue, State: string(d.State), Connection: d.Connection, Key: d.Key,
+	j := deliveryJSON{ID: d.ID, Queue: d.Queue, State: string(d.State), Connection: d.Connection, Key: d.Key, Group: d.Group,
 		PayloadSize: d.PayloadSize, Truncated: d.Truncated, Header: d.Header, Attempts: d.Attempts,
 		Priority: d.Priority, DueAt: timePtr(d.DueAt), PublishedAt: timePtr(d.PublishedAt), ExpireAt: timePtr(d.ExpireAt), Reason: d.Reason}
 	// A payload cut in the middle of a character is still text.

@@ -442,3 +442,32 @@ func TestQueuesShowGroups(t *testing.T) {
 		}
 	})
 }
+
+// Pending grouped deliveries show in the ready listing and in show with
+// their group (text and JSON).
+func TestInspectGrouped(t *testing.T) {
+	forBackends(t, func(t *testing.T, tg target) {
+		ctx := context.Background()
+		conn := tg.open(t, "producer")
+		q, err := conn.OpenQueue("mail")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Put(ctx, []byte("for tenant 42"), redq.Group("tenant-42")); err != nil {
+			t.Fatal(err)
+		}
+		p := tg.page(t, "mail")
+		if len(p.Items) != 1 || p.Items[0].Group != "tenant-42" {
+			t.Fatalf("ready page %+v, want the grouped delivery with its group", p)
+		}
+		text := mustRedq(t, tg.args("inspect", "mail")...)
+		if !regexp.MustCompile(`(?m)^ID\s+PRIORITY\s+GROUP\s`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^`+p.Items[0].ID+`\s+0\s+tenant-42\s`).MatchString(text) {
+			t.Errorf("inspect mail:\n%s", text)
+		}
+		text = mustRedq(t, tg.args("delivery", "mail", p.Items[0].ID)...)
+		if !regexp.MustCompile(`(?m)^group:\s+tenant-42$`).MatchString(text) {
+			t.Errorf("show:\n%s", text)
+		}
+	})
+}

@@ -133,7 +133,7 @@ var commands = []command{
 	{name: "stats", group: groupInspect, summary: "print the counts of every open queue", flags: statsCommand},
 
 	{name: "retry", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "move a rejected or delayed delivery to ready now", argFlags: retryCommand},
-	{name: "delete", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "delete a ready, delayed or rejected delivery", argFlags: deleteCommand},
+	{name: "delete", group: groupAct, args: []string{"QUEUE", "ID"}, summary: "delete a ready (plain or grouped), delayed or rejected delivery", argFlags: deleteCommand},
 	{name: "purge", group: groupAct, args: []string{"QUEUE"}, summary: "delete every delivery of a queue in one state (ready, delayed or rejected); needs --yes", argFlags: purgeCommand},
 	{name: "pause", group: groupAct, args: []string{"QUEUE"}, summary: "stop every connection from fetching from a queue (publishes and acks go on)", argFlags: pauseCommand},
 	{name: "resume", group: groupAct, args: []string{"QUEUE"}, summary: "let connections fetch from a paused queue again", argFlags: resumeCommand},
