@@ -744,6 +744,27 @@ func TestGroupPurgeAndDrain(t *testing.T) {
 		if len(got) != 3 || got[0] != "p2" || got[1] != "a4" || got[2] != "a5" {
 			t.Fatalf("Drain: %q, want p2, a4, a5", got)
 		}
+		// a drained line leaves the ring: a group put there again later
+		// gets one turn, not two
+		groupsClean(t, q)
+		putGroup(t, c, "purge", "y", "y1")
+		putGroup(t, c, "purge", "z", "z1", "z2")
+		if got, err := q.Drain(1); err != nil || len(got) != 1 {
+			t.Fatalf("Drain(1): %q, %v", got, err)
+		}
+		ring := q.keys.block[queueBlockLen-groupKeys+2]
+		members := b.client.LRange(ctx, ring, 0, -1).Val()
+		seen := map[string]bool{}
+		for _, g := range members {
+			if seen[g] || !b.client.HExists(ctx, q.keys.gidx(), g).Val() {
+				t.Fatalf("after Drain(1) the ring holds %q: %q twice or without a line", members, g)
+			}
+			seen[g] = true
+		}
+		if got, err := q.Drain(10); err != nil || len(got) != 2 {
+			t.Fatalf("Drain(10): %q, %v; want the 2 left", got, err)
+		}
+		groupsClean(t, q)
 		putGroup(t, c, "purge", "c", "c1")
 		if n, err := q.PurgeReady(); err != nil || n != 1 {
 			t.Fatalf("PurgeReady: %d, %v; want 1", n, err)

@@ -1036,9 +1036,12 @@ local function grouped()
   end
 
   -- Remove up to n pending grouped deliveries (Drain), the head of each
-  -- line first, appending them to out. Returns how many.
+  -- line first, appending them to out. Returns how many. A group whose
+  -- line it empties leaves the ring too (as G.removed does), so that new
+  -- work of the group later puts it there once.
   function G.drain(P, n, out)
     local got = 0
+    local emptied = {}
     local cursor = '0'
     repeat
       local res = redis.call('HSCAN', P.gidx, cursor, 'COUNT', 100)
@@ -1046,7 +1049,7 @@ local function grouped()
       local kv = res[2]
       for i = 1, #kv, 2 do
         if got >= n then
-          return got
+          break
         end
         local g = kv[i]
         local h, t, q = G.line(P, g)
@@ -1060,11 +1063,22 @@ local function grouped()
             got = got + 1
           end
         end
-        -- (a group left in the ring without pending deliveries is
-        -- skipped by the fetch that meets it)
+        if h >= t and q then
+          emptied[#emptied + 1] = g
+        end
         G.set_line(P, g, h, t, q)
       end
     until cursor == '0' or got >= n
+    if #emptied > 0 then
+      if redis.call('HLEN', P.gidx) == 0 then
+        -- no group has a line left: the whole ring goes at once
+        redis.call('DEL', P.gring)
+      else
+        for _, g in ipairs(emptied) do
+          redis.call('LREM', P.gring, 0, g)
+        end
+      end
+    end
     return got
   end
   group_lib = G
