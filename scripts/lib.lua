@@ -868,15 +868,7 @@ local function grouped()
   -- rotation when it has pending deliveries.
   function G.settled(P, e, now)
     local g = G.group_of(e)
-    local r = leave(P, g)
-    local h, t, q = G.line(P, g)
-    if h and not q then
-      local S = G.settings(P)
-      if r < S.k then
-        G.enter(P, S, g, now)
-        G.set_line(P, g, h, t, true)
-      end
-    end
+    G.settled_line(P, g, now, leave(P, g))
   end
 
   -- A taken grouped delivery e goes back (released, its lease lost, its
@@ -885,22 +877,24 @@ local function grouped()
   -- back of the line when due. Its slot is free.
   function G.returned(P, e, now, due)
     local g = G.group_of(e)
-    leave(P, g)
+    local run = leave(P, g)
     if due and due > now then
       schedule(P, e, due)
-      G.settled_line(P, g, now)
+      G.settled_line(P, g, now, run)
       return
     end
     G.add(P, G.settings(P), g, {e}, now, true)
   end
 
-  -- The rotation after group g's slot was freed, for a group whose
-  -- delivery did not come back into its line.
-  function G.settled_line(P, g, now)
+  -- The rotation after group g's slot was freed (run: its deliveries in
+  -- flight now, read when nil), for a group whose delivery did not come
+  -- back into its line: a group with pending deliveries that was out of
+  -- the rotation because it was full goes back in.
+  function G.settled_line(P, g, now, run)
     local h, t, q = G.line(P, g)
     if h and not q then
       local S = G.settings(P)
-      if G.running(P, g) < S.k then
+      if (run or G.running(P, g)) < S.k then
         G.enter(P, S, g, now)
         G.set_line(P, g, h, t, true)
       end
