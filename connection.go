@@ -192,6 +192,9 @@ type redisConnection struct {
 	mu       sync.Mutex
 	queues   []*redisQueue // queues that started consuming
 	stopped  bool
+	// holders are the timer sets holding fires taken ahead, which
+	// StopAllConsuming hands back (see redisTimers.keep).
+	holders map[*redisTimers]struct{}
 	stopDone chan struct{}
 
 	hbCancel context.CancelFunc
@@ -525,6 +528,28 @@ func (c *redisConnection) consuming(q *redisQueue) error {
 	return nil
 }
 
+// holding records that t holds fires taken ahead, for StopAllConsuming to
+// hand back; false once the connection stopped, when t must hand them back
+// itself. letGo undoes it.
+func (c *redisConnection) holding(t *redisTimers) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	if c.holders == nil {
+		c.holders = map[*redisTimers]struct{}{}
+	}
+	c.holders[t] = struct{}{}
+	return true
+}
+
+func (c *redisConnection) letGo(t *redisTimers) {
+	c.mu.Lock()
+	delete(c.holders, t)
+	c.mu.Unlock()
+}
+
 // settleable refuses verbs on deliveries taken under reg once
 // StopAllConsuming has finished (see closed): they go back to ready
 // through a cleaner. The verbs on deliveries of a dead registration ask
@@ -619,6 +644,13 @@ func (c *redisConnection) StopAllConsuming() <-chan struct{} {
 		}
 		for _, w := range waits {
 			<-w
+		}
+		c.mu.Lock()
+		holders := c.holders
+		c.holders = nil
+		c.mu.Unlock()
+		for t := range holders {
+			t.handBackAll()
 		}
 		c.hbCancel()
 		<-c.hbDone

@@ -166,7 +166,7 @@ func (t *redisTimers) Next(ctx context.Context, timeout time.Duration) (Fire, er
 		return nil, argError("timeout", timeout, "must not be negative")
 	}
 	if t.q.takeStopped() {
-		t.handBack(t.ahead.drain(0))
+		t.handBackAll()
 		return nil, ErrorConsumingStopped
 	}
 	if d := t.ahead.pop(); d != nil {
@@ -191,7 +191,7 @@ func (t *redisTimers) NextBatch(ctx context.Context, max int64, timeout time.Dur
 		return nil, argError("timeout", timeout, "must not be negative")
 	}
 	if t.q.takeStopped() {
-		t.handBack(t.ahead.drain(0))
+		t.handBackAll()
 		return nil, ErrorConsumingStopped
 	}
 	var fs Fires
@@ -239,6 +239,9 @@ type firesAhead struct {
 	fires []aheadFire
 	size  int64       // how many the next take asks for
 	timer *time.Timer // hands back what was kept fireHold ago; nil: none
+	// back is held while fires go back, so that StopAllConsuming returns
+	// only after a hand-back under way has ended.
+	back sync.Mutex
 }
 
 type aheadFire struct {
@@ -299,33 +302,60 @@ func (a *firesAhead) drain(age time.Duration) []*redisDelivery {
 	return out
 }
 
-// keep holds ds for the next calls and makes sure a hand-back is due.
+// keep holds ds for the next calls and makes sure a hand-back is due. Once
+// the connection stopped, they go back at once.
 func (t *redisTimers) keep(ds Deliveries) {
 	a := &t.ahead
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, d := range ds {
 		a.fires = append(a.fires, aheadFire{d: d.(*redisDelivery), kept: now})
 	}
-	if a.timer == nil {
-		a.timer = time.AfterFunc(fireHold, t.handBackOld)
+	if a.timer != nil {
+		a.mu.Unlock()
+		return
 	}
+	if t.q.conn.holding(t) {
+		a.timer = time.AfterFunc(fireHold, t.handBackOld)
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	t.handBackAll()
 }
 
 // handBackOld hands back the fires kept at least fireHold ago, and comes
 // back for the others when they are that old.
 func (t *redisTimers) handBackOld() {
 	a := &t.ahead
+	a.back.Lock()
+	defer a.back.Unlock()
 	old := a.drain(fireHold)
 	a.mu.Lock()
 	if len(a.fires) > 0 {
 		a.timer = time.AfterFunc(time.Until(a.fires[0].kept.Add(fireHold)), t.handBackOld)
 	} else {
 		a.timer = nil
+		t.q.conn.letGo(t)
 	}
 	a.mu.Unlock()
 	t.handBack(old)
+}
+
+// handBackAll hands back every fire kept, and returns once a hand-back
+// under way has ended too.
+func (t *redisTimers) handBackAll() {
+	a := &t.ahead
+	a.back.Lock()
+	defer a.back.Unlock()
+	a.mu.Lock()
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.mu.Unlock()
+	t.q.conn.letGo(t)
+	t.handBack(a.drain(0))
 }
 
 // handBack puts fires taken ahead back to the front of their lines, due as
@@ -346,8 +376,10 @@ func (t *redisTimers) handBack(ds []*redisDelivery) {
 		}
 		byReg[d.reg] = append(byReg[d.reg], d.ref())
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	for _, reg := range regs {
-		res, err := q.conn.acks.settle(context.Background(), q, reg, modeHead, nil, byReg[reg], nil)
+		res, err := q.conn.acks.settle(ctx, q, reg, modeHead, nil, byReg[reg], nil)
 		if err == nil {
 			err = res.err(0)
 		}

@@ -533,3 +533,34 @@ func TestNextTakesBackedUpFiresTogetherAndHandsBackTheRest(t *testing.T) {
 		noFire(t, tsFirst, 150*time.Millisecond, "after every fire was acked")
 	})
 }
+
+// StopAllConsuming hands back the fires a Next took ahead before it
+// returns, so that a program that closes its client right after loses no
+// time to them and leaves nothing running.
+func TestStopAllConsumingHandsBackFiresTakenAhead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const n = 20
+		ns := namespace()
+		ctx := context.Background()
+		c := openT(t, b, "c", ns)
+		ts := openTimers(t, c, "t")
+		for i := 0; i < n; i++ {
+			if err := ts.Set(ctx, fmt.Sprintf("k%02d", i), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 4; i++ { // takes of 1, 2, 4, 8: 11 kept ahead
+			if err := nextFire(t, ts, 5*time.Second).Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-c.StopAllConsuming()
+		st := mustStats(t, openT(t, b, "reader", ns)).TimerStats["t"]
+		if st != (TimerStat{Pending: n - 4}) {
+			t.Fatalf("right after StopAllConsuming: %+v, want the %d fires not acked pending again", st, n-4)
+		}
+		if _, err := ts.Next(ctx, 0); !errors.Is(err, ErrorConsumingStopped) {
+			t.Fatalf("Next after the stop: %v, want ErrorConsumingStopped", err)
+		}
+	})
+}
