@@ -189,6 +189,7 @@ func testGroupConcurrency(t *testing.T, k int) {
 // among the first 60 hand-outs (the groups take turns), though K lets the
 // big group run many at once.
 func TestGroupFairness(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		c := openT(t, b, "g", namespace())
 		q, err := c.OpenQueue("fair", WithGroupConcurrency(1000))

@@ -114,6 +114,7 @@ func TestInspectorReadsWriteNothing(t *testing.T) {
 // items now: at the end every delivery was acked once or deleted (by id or
 // by a purge) once, and none is left or lost.
 func TestInspectorRaceWithConsumers(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		ns := namespace()
@@ -235,6 +236,7 @@ func TestInspectorRaceWithConsumers(t *testing.T) {
 // consumers reject while the Inspector purges rejected and returns them:
 // every delivery is acked once or purged once, never both, never lost.
 func TestInspectorKeyedAndPurgeRaceWithConsumers(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		ns := namespace()

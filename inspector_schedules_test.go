@@ -124,6 +124,7 @@ func TestInspectorSchedules(t *testing.T) {
 // a paused schedule publishes nothing, a resumed one goes on from its next
 // tick, a removed one is gone; each reports an unknown schedule or set.
 func TestInspectorScheduleActions(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		ns := namespace()

@@ -566,6 +566,7 @@ func (r *keyedRun) work(t testing.TB, d Message) (release bool) {
 }
 
 func TestKeyedRulesHoldUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	kinds := []string{"consumer", "batch", "handler", "take"}
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {

@@ -873,6 +873,7 @@ func TestMigrateCancelDuringAChunk(t *testing.T) {
 // Large payloads: a chunk stops at about 8 MiB, so it takes several calls,
 // and every payload still arrives once, in order.
 func TestMigrateLargePayloads(t *testing.T) {
+	t.Parallel()
 	forEachRmqBackend(t, func(t *testing.T, b backend) {
 		f := rmqFixture{t: t, c: b.client, l: rmqLayouts[1]}
 		var want []got

@@ -231,6 +231,7 @@ func TestPublishAcrossARedisRestartRunsOnce(t *testing.T) {
 // outcome is unknown if it may have run, and that Redis was unavailable
 // if it never left the process; neither is ErrorNotFound.
 func TestAckKeepsTryingWhileRedisIsUnreachable(t *testing.T) {
+	t.Parallel()
 	skipShort(t, "keeps Redis unreachable for seconds")
 	forEachBackend(t, func(t *testing.T, b backend) {
 		if b.mini == nil {
@@ -468,6 +469,7 @@ func TestKeyedCallsRunOnceWhenTheirReplyIsLost(t *testing.T) {
 // answered -1. Many goroutines publishing, acking and upserting at once
 // must never meet that.
 func TestConcurrentCallsAreNeverTakenForLateSends(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const goroutines, each = 32, 150
 		c := openT(t, b, "busy", namespace())

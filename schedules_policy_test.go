@@ -216,6 +216,7 @@ func TestSchedulePauseResumeRemove(t *testing.T) {
 // read the schedule: the tick publishes nothing and does not bring the
 // schedule's timer back.
 func TestScheduleRemoveWhileTickIsHandled(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, verb := range []string{"remove", "pause"} {
 			for _, when := range []string{"before the read", "after the read"} {

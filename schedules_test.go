@@ -90,6 +90,7 @@ func mustScheduleInfo(t testing.TB, s Schedules, id string) ScheduleInfo {
 // A schedule publishes one delivery per tick, at the tick by Redis's
 // clock, with the tick in a header; Lookup follows it.
 func TestScheduleFiresEachTickOnceAtItsTime(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		clock := newSchedClock(b)
 		c := openT(t, b, "sched", namespace())
@@ -156,6 +157,7 @@ func TestScheduleFiresEachTickOnceAtItsTime(t *testing.T) {
 // slots than the set (and a fifth of the schedules check for overlap
 // there).
 func TestScheduleLoopsPublishEachTickOnce(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		if b.mini != nil {
 			t.Skip("runs on the wall clock: real Redis only")

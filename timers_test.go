@@ -208,6 +208,7 @@ func TestFireOfADeadConnectionFiresAgain(t *testing.T) {
 // Many timers and several waiting processes on two connections: every
 // timer fires exactly once (no poller races), none before its due time.
 func TestEveryTimerFiresOnceAmongManyWaiters(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const n = 300
 		ns := namespace()
