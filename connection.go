@@ -189,12 +189,12 @@ type redisConnection struct {
 	tokens    atomic.Uint64  // numbers calls that Redis remembers (see nextToken)
 	topo      topology       // throttles slot map reloads (see topologyChanged)
 
-	mu       sync.Mutex
-	queues   []*redisQueue // queues that started consuming
-	stopped  bool
+	mu      sync.Mutex
+	queues  []*redisQueue // queues that started consuming
+	stopped bool
 	// holders are the timer sets holding fires taken ahead, which
 	// StopAllConsuming hands back (see redisTimers.keep).
-	holders map[*redisTimers]struct{}
+	holders  map[*redisTimers]struct{}
 	stopDone chan struct{}
 
 	hbCancel context.CancelFunc
