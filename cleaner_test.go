@@ -427,3 +427,65 @@ func TestCleanerReturnsEveryFormWithItsAttempt(t *testing.T) {
 		wantCounts(t, admin, "jobs", 0, 0, 0)
 	})
 }
+
+// TestCleanAfterALostReplyReturnsTheRestOnce: a cleaner's call returns a
+// chunk and its reply is lost (the cleaner died, or its connection
+// broke); the next clean returns the rest. Every delivery is back once,
+// with one attempt counted.
+func TestCleanAfterALostReplyReturnsTheRestOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		const n = 2500
+		dead := openT(t, b, "dead", ns)
+		q := openQueue(t, dead, "jobs")
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = fmt.Sprintf("p-%d", i)
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		if err := scripts.setConsumers.Run(ctx, b.client, []string{q.keys.consumers}, dead.Name(), 0, "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		q.buf = make(chan *redisDelivery, n)
+		for len(q.buf) < n {
+			if _, _, err := q.fetch(ctx, q.conn.registration(), fetchChunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pause(t, b, dead)
+		admin := openT(t, b, "admin", ns)
+		qa := openQueue(t, admin, "jobs")
+
+		// The first call of a clean, whose reply nobody reads.
+		keys := q.keys.scriptKeys("", nil, q.keys.connKeys(dead.Name()))
+		if err := scripts.returnUnacked.Run(ctx, b.client, keys, dead.Name(), fetchChunk, "0", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, admin, "jobs", fetchChunk, 0, n-fetchChunk)
+		if got, err := NewCleaner(admin).Clean(); err != nil || got != n-fetchChunk {
+			t.Fatalf("clean = %d, %v; want %d", got, err, n-fetchChunk)
+		}
+		wantCounts(t, admin, "jobs", n, 0, 0)
+		seen := map[string]bool{}
+		for len(seen) < n {
+			ds, err := qa.TakeBatch(ctx, fetchChunk, time.Second)
+			if err != nil || len(ds) == 0 {
+				t.Fatalf("take after %d: %d, %v", len(seen), len(ds), err)
+			}
+			for _, d := range ds {
+				if seen[d.Payload()] {
+					t.Fatalf("%s returned twice", d.Payload())
+				}
+				seen[d.Payload()] = true
+				if d.Attempts() != 2 {
+					t.Fatalf("%s: attempts %d, want 2", d.Payload(), d.Attempts())
+				}
+			}
+			ackAll(t, ds)
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+}
