@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -350,6 +351,140 @@ func TestHeartbeatKeepsALiveConnectionsDeliveries(t *testing.T) {
 			if err := d.Ack(); err != nil {
 				t.Fatal(err)
 			}
+		}
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+}
+
+// TestCleanerReturnsEveryFormWithItsAttempt returns, in one step, plain
+// deliveries on their first return next to one returned before, one with
+// headers and one with a priority: each goes back once, with its attempt
+// counted, its headers and priority kept, ahead of what became ready while
+// they were held.
+func TestCleanerReturnsEveryFormWithItsAttempt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		admin := openT(t, b, "admin", ns)
+		qa := openQueue(t, admin, "jobs")
+		// crash lets a connection take want deliveries, publishes after
+		// the take and dies; a cleaner returns what it took.
+		crash := func(want int64, after ...string) {
+			t.Helper()
+			dead, err := openConn(b.client, "dead", make(chan error, 100), ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { <-dead.StopAllConsuming() })
+			q := openQueue(t, dead, "jobs")
+			held, err := q.TakeBatch(ctx, want, time.Second)
+			if err != nil || int64(len(held)) != want {
+				t.Fatalf("take: %d, %v; want %d", len(held), err, want)
+			}
+			if len(after) > 0 {
+				if err := qa.Publish(after...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pause(t, b, dead)
+			if n, err := NewCleaner(admin).Clean(); err != nil || n != want {
+				t.Fatalf("clean = %d, %v; want %d", n, err, want)
+			}
+		}
+		if err := qa.Publish("again"); err != nil {
+			t.Fatal(err)
+		}
+		crash(1)
+		if err := qa.Publish("p1", "p2", "p3"); err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, qa, "headed", Header(http.Header{"X-Trace": {"t1"}}))
+		mustPut(t, qa, "urgent", Priority(3))
+		crash(6, "later")
+
+		got, err := qa.TakeBatch(ctx, 10, time.Second)
+		if err != nil || len(got) != 7 {
+			t.Fatalf("retake: %d, %v; want 7", len(got), err)
+		}
+		want := map[string]int{"again": 3, "p1": 2, "p2": 2, "p3": 2, "headed": 2, "urgent": 2, "later": 1}
+		for i, d := range got {
+			w, ok := want[d.Payload()]
+			if !ok {
+				t.Fatalf("retake %d: %q, unknown or taken twice", i, d.Payload())
+			}
+			delete(want, d.Payload())
+			if d.Attempts() != w {
+				t.Errorf("%q: attempts %d, want %d", d.Payload(), d.Attempts(), w)
+			}
+			if h := d.Header().Get("X-Trace"); (d.Payload() == "headed") != (h == "t1") {
+				t.Errorf("%q: X-Trace %q", d.Payload(), h)
+			}
+		}
+		if got[0].Payload() != "urgent" || got[6].Payload() != "later" {
+			t.Errorf("order: first %q, last %q; want urgent (priority 3) first and later (published while they were held) last", got[0].Payload(), got[6].Payload())
+		}
+		ackAll(t, got)
+		wantCounts(t, admin, "jobs", 0, 0, 0)
+	})
+}
+
+// TestCleanAfterALostReplyReturnsTheRestOnce: a cleaner's call returns a
+// chunk and its reply is lost (the cleaner died, or its connection
+// broke); the next clean returns the rest. Every delivery is back once,
+// with one attempt counted.
+func TestCleanAfterALostReplyReturnsTheRestOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		ns := namespace()
+		const n = 2500
+		dead := openT(t, b, "dead", ns)
+		q := openQueue(t, dead, "jobs")
+		payloads := make([]string, n)
+		for i := range payloads {
+			payloads[i] = fmt.Sprintf("p-%d", i)
+		}
+		if err := q.Publish(payloads...); err != nil {
+			t.Fatal(err)
+		}
+		if err := scripts.setConsumers.Run(ctx, b.client, []string{q.keys.consumers}, dead.Name(), 0, "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		q.buf = make(chan *redisDelivery, n)
+		for len(q.buf) < n {
+			if _, _, err := q.fetch(ctx, q.conn.registration(), fetchChunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pause(t, b, dead)
+		admin := openT(t, b, "admin", ns)
+		qa := openQueue(t, admin, "jobs")
+
+		// The first call of a clean, whose reply nobody reads.
+		keys := q.keys.scriptKeys("", nil, q.keys.connKeys(dead.Name()))
+		if err := scripts.returnUnacked.Run(ctx, b.client, keys, dead.Name(), fetchChunk, "0", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, admin, "jobs", fetchChunk, 0, n-fetchChunk)
+		if got, err := NewCleaner(admin).Clean(); err != nil || got != n-fetchChunk {
+			t.Fatalf("clean = %d, %v; want %d", got, err, n-fetchChunk)
+		}
+		wantCounts(t, admin, "jobs", n, 0, 0)
+		seen := map[string]bool{}
+		for len(seen) < n {
+			ds, err := qa.TakeBatch(ctx, fetchChunk, time.Second)
+			if err != nil || len(ds) == 0 {
+				t.Fatalf("take after %d: %d, %v", len(seen), len(ds), err)
+			}
+			for _, d := range ds {
+				if seen[d.Payload()] {
+					t.Fatalf("%s returned twice", d.Payload())
+				}
+				seen[d.Payload()] = true
+				if d.Attempts() != 2 {
+					t.Fatalf("%s: attempts %d, want 2", d.Payload(), d.Attempts())
+				}
+			}
+			ackAll(t, ds)
 		}
 		wantCounts(t, admin, "jobs", 0, 0, 0)
 	})
