@@ -183,18 +183,19 @@ type redisConnection struct {
 	keys      globalKeys
 	ids       *idSource
 	acks      *committer
+	waits     *sharedWaits // idle queues beyond the first few wait here
 	publisher *publisher
 	keyed     *scriptBatcher // upserts, cancels and run-nows of keyed items
 	handles   atomic.Int64   // numbers queue handles
 	tokens    atomic.Uint64  // numbers calls that Redis remembers (see nextToken)
 	topo      topology       // throttles slot map reloads (see topologyChanged)
 
-	mu       sync.Mutex
-	queues   []*redisQueue // queues that started consuming
-	stopped  bool
+	mu      sync.Mutex
+	queues  []*redisQueue // queues that started consuming
+	stopped bool
 	// holders are the timer sets holding fires taken ahead, which
 	// StopAllConsuming hands back (see redisTimers.keep).
-	holders map[*redisTimers]struct{}
+	holders  map[*redisTimers]struct{}
 	stopDone chan struct{}
 
 	hbCancel context.CancelFunc
@@ -257,6 +258,7 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 		changed: make(chan struct{}),
 	}
 	c.acks = newCommitter(c)
+	c.waits = newSharedWaits(client, o.namespace)
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")
 	name := c.newName()
