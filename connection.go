@@ -183,6 +183,7 @@ type redisConnection struct {
 	keys      globalKeys
 	ids       *idSource
 	acks      *committer
+	waits     *sharedWaits // idle queues beyond the first few wait here
 	publisher *publisher
 	keyed     *scriptBatcher // upserts, cancels and run-nows of keyed items
 	handles   atomic.Int64   // numbers queue handles
@@ -257,6 +258,7 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 		changed: make(chan struct{}),
 	}
 	c.acks = newCommitter(c)
+	c.waits = newSharedWaits(client, o.namespace)
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")
 	name := c.newName()

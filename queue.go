@@ -641,6 +641,14 @@ func (q *redisQueue) fetchLoop() {
 	q.mu.Lock()
 	q.waiter = w
 	q.mu.Unlock()
+	// The first few queues of the connection wait with a waiter (and a
+	// connection) of their own; the others share one (see sharedWaits).
+	own := q.conn.waits.claimOwn()
+	defer func() {
+		if own {
+			q.conn.waits.releaseOwn()
+		}
+	}()
 	low := q.prefetchLimit / 2
 	errCount := 0
 	capped := false // the connection held its limit at the last fetch
@@ -687,6 +695,9 @@ func (q *redisQueue) fetchLoop() {
 		// decides what comes next, as a fetch's does here.
 		for err == nil && hint != hintCapped && q.mayWait(reg) {
 			var ahead bool
+			if !own && !q.conn.waits.usable() {
+				own = q.conn.waits.claimOwn()
+			}
 			switch {
 			case hint < hintLimited:
 				// The rate limit holds: sleep until a hand-out leaves its
@@ -697,10 +708,25 @@ func (q *redisQueue) fetchLoop() {
 				}
 				got, hint, err = q.fetch(ctx, reg, min(q.prefetchLimit-int64(len(q.buf)), q.chunk()))
 				ahead = true
+			case hint == hintPaused && !own:
+				if !q.conn.waits.wait(ctx, q.keys.resume(), q.pollDuration, q.stop) {
+					return
+				}
+				want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
+				got, hint, err = q.fetch(ctx, reg, want)
+				ahead = true
 			case hint == hintPaused:
 				// Paused: wait for a Resume (which wakes the wait) or
 				// pollDuration, and fetch again.
 				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.resume(), q.pollDuration, false)
+			case int64(got) < want && hint != 0 && !own:
+				// The shared wait ends on time by itself (a local timer).
+				if !q.conn.waits.wait(ctx, q.keys.ready, waitFor(q.pollDuration, hint), q.stop) {
+					return
+				}
+				want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
+				got, hint, err = q.fetch(ctx, reg, want)
+				ahead = true
 			case int64(got) < want && hint != 0:
 				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.ready, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
 			}

@@ -149,6 +149,22 @@ func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
 	return v, nil
 }
 
+// connectionsReceived returns Redis's total_connections_received: the
+// connections it accepted since it started. The difference over a run is
+// how many connections the run opened (its clients' pools, dedicated
+// connections and any dialled again), counted outside the timed part.
+func connectionsReceived(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.InfoMap(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: %w", err)
+	}
+	v, err := strconv.ParseInt(info["Stats"]["total_connections_received"], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: total_connections_received: %w", err)
+	}
+	return v, nil
+}
+
 // pace calls publish(seq) for seq 0, 1, … at rate calls per second in
 // total, spread over producers goroutines, until d has passed or ctx
 // ends, and returns how many calls were made. Each producer keeps to its

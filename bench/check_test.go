@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestPayloadCarriesSeqAndTime(t *testing.T) {
@@ -92,5 +94,45 @@ func TestPaceStopsAtTheFirstError(t *testing.T) {
 	}
 	if _, err := pace(context.Background(), 0, 1, time.Second, func(int) error { return nil }); err == nil {
 		t.Error("rate 0: no error")
+	}
+}
+
+// connectionsReceived counts the connections a run opens: each new client
+// connection adds one, and commands on open ones add none.
+func TestConnectionsReceivedCountsNewConnections(t *testing.T) {
+	e := testEnv(t)
+	ctx := testContext(t)
+	before, err := connectionsReceived(ctx, e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := e.admin.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same, err := connectionsReceived(ctx, e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same != before {
+		t.Errorf("commands on an open connection: %d connections received, then %d", before, same)
+	}
+	c := e.newClient(3)
+	defer c.Close()
+	conns := make([]*redis.Conn, 3)
+	for i := range conns {
+		conns[i] = c.Conn()
+		defer conns[i].Close()
+		if err := conns[i].Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := connectionsReceived(ctx, e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-same != 3 {
+		t.Errorf("three new connections: %d connections received, then %d", same, after)
 	}
 }

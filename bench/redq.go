@@ -828,7 +828,9 @@ func ackHeld(kept []redq.Message, tl *tally) error {
 // StartConsuming(100, poll) and one acking consumer, until every delivery
 // is acked.
 func (s *redqSystem) ManyQueues(ctx context.Context, e *env, queues, perQueue int) (_ time.Duration, err error) {
-	r := s.open(e, queues)
+	// The idle queues of a connection beyond its first few share one
+	// waiting connection, so the pool needs no connection per queue.
+	r := s.open(e, 0)
 	defer closeRun(r, &err)
 	conn, first, err := r.connect(ctx, redqManyName(0))
 	if err != nil {

@@ -164,11 +164,22 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 		{
 			name:    fmt.Sprintf("scale/%d-queues", queues),
 			about:   fmt.Sprintf("%d queues with 10 deliveries each, one consumer per queue", queues),
-			metrics: []metric{perDelivery},
+			metrics: []metric{perDelivery, {"connections", "opened", lowerIsBetter}},
 			systems: []string{"redq", "asynq", "streams", "list"},
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				before, err := connectionsReceived(ctx, e.admin)
+				if err != nil {
+					return nil, err
+				}
 				d, err := s.ManyQueues(ctx, e, queues, 10)
-				return []float64{micros(d) / float64(queues*10)}, err
+				if err != nil {
+					return nil, err
+				}
+				after, err := connectionsReceived(ctx, e.admin)
+				if err != nil {
+					return nil, err
+				}
+				return []float64{micros(d) / float64(queues*10), float64(after - before)}, nil
 			},
 		},
 		e2e("scale/64KiB-payloads", e2eConfig{N: big, Consumers: 10, Prefetch: 1000, PayloadSize: 64 << 10},
