@@ -31,7 +31,8 @@ type committer struct {
 }
 
 // Settle modes, as settle.lua reads them; an ack of takes none of which is
-// keyed goes to ack.lua instead.
+// keyed goes to ack.lua instead, and an ack of a timer set's fires to
+// fire_ack.lua.
 const (
 	modeAck  = "A" // delete (takes none of which is keyed: ack.lua)
 	modeTail = "L" // move to the tail of rejected (taken last)
@@ -187,6 +188,10 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 			// acks of plain takes: the short form (see ack.lua)
 			sc = scriptCall{script: scripts.ack, keys: q.keys.ackKeys(cl.key.reg.name)}
 			args = append(args, cl.key.reg.name, field, token)
+		} else if cl.key.mode == modeAck && q.timers && allKeyed(cl.ids) {
+			// acks of a timer set's fires: their short form (see fire_ack.lua)
+			sc = scriptCall{script: scripts.fireAck, keys: q.keys.fireAckKeys(cl.key.reg.name)}
+			args = append(args, cl.key.reg.name, field, token)
 		} else {
 			sc = scriptCall{script: scripts.settle, keys: q.keys.scriptKeys("", dest, q.keys.connKeys(cl.key.reg.name))}
 			args = append(args, cl.key.reg.name, cl.key.mode, field, token)
@@ -278,6 +283,17 @@ func (p *fieldPool) put(f string) {
 	p.mu.Lock()
 	p.free = append(p.free, f)
 	p.mu.Unlock()
+}
+
+// allKeyed reports whether every take of ids is of a keyed item (its
+// field ends with 'k'), as every take of a timer set is.
+func allKeyed(ids []string) bool {
+	for _, id := range ids {
+		if id[len(id)-1] != 'k' {
+			return false
+		}
+	}
+	return true
 }
 
 // anyKeyed reports whether a take of ids is of a keyed item or of a

@@ -141,7 +141,7 @@ func TestKeyCheckIsOn(t *testing.T) {
 		t.Skip("REDQ_KEYCHECK=0")
 	}
 	checked := newScriptSet(keyCheckPrelude)
-	for _, p := range [][2]*redis.Script{{scripts.fetch, checked.fetch}, {scripts.settle, checked.settle}, {scripts.ack, checked.ack},
+	for _, p := range [][2]*redis.Script{{scripts.fetch, checked.fetch}, {scripts.settle, checked.settle}, {scripts.ack, checked.ack}, {scripts.fireAck, checked.fireAck},
 		{scripts.maintain, checked.maintain}, {scripts.register, checked.register},
 		{scripts.roundNext, checked.roundNext}, {scripts.migrateRmq, checked.migrateRmq}} {
 		if p[0].Hash() != p[1].Hash() {

@@ -299,6 +299,16 @@ func (k queueKeys) ackKeys(conn string) []string {
 	return append(append([]string{k.consumers, k.block[3] /* leases */}, k.connKeys(conn)...), k.meta())
 }
 
+// fireAckKeys is the KEYS of fire_ack.lua (acks of a timer set's fires):
+// consumers, leases, conn's unacked, replies and lost, meta (the
+// counters), then what a parked timer that becomes pending touches: krun,
+// kpark, kpend, kver, delayed and ready.
+func (k queueKeys) fireAckKeys(conn string) []string {
+	b := k.block
+	return []string{k.consumers, b[3] /* leases */, k.unacked(conn), k.replies(conn), k.lost(conn), k.meta(),
+		b[10] /* krun */, b[11] /* kpark */, b[9] /* kpend */, b[12] /* kver */, b[2] /* delayed */, k.ready}
+}
+
 // meta is the queue's meta hash: settings, the paused flag and the
 // counters (see tally in scripts/lib.lua).
 func (k queueKeys) meta() string { return k.block[5] }

@@ -1245,7 +1245,7 @@ func procScriptPatterns(sc *redis.Script) []string { return []string{sc.Hash()} 
 func procLoadScripts(t testing.TB, client redis.UniversalClient) {
 	t.Helper()
 	all := []*redis.Script{scripts.register, scripts.heartbeat, scripts.declareDead, scripts.setConsumers,
-		scripts.fetch, scripts.settle, scripts.ack, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
+		scripts.fetch, scripts.settle, scripts.ack, scripts.fireAck, scripts.returnUnacked, scripts.returnRejected, scripts.purge,
 		scripts.publish, scripts.put, scripts.release, scripts.touch, scripts.rejectWith, scripts.maintain,
 		scripts.counts, scripts.drain, scripts.upsert, scripts.keyedCancel, scripts.keyedRunNow, scripts.keyedLookup,
 		scripts.roundAdd, scripts.roundRemove, scripts.roundReissue, scripts.roundNext, scripts.roundOpen}

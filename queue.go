@@ -187,9 +187,12 @@ type redisQueue struct {
 	repliesKey string
 	// others holds connections whose leases of this queue ran out and
 	// whose storage the next fetch declares (see fetch.lua); guarded by mu.
-	others    []string
-	othersMu  sync.Mutex
-	handle    int64 // numbers this handle's field in the replies hash
+	others   []string
+	othersMu sync.Mutex
+	handle   int64 // numbers this handle's field in the replies hash
+	// timers is set on the queue of a timer set (see OpenTimers), whose
+	// fires are acked through fire_ack.lua; never changed after.
+	timers    bool
 	pushQueue atomic.Pointer[redisQueue]
 	// fetchToken names the next fetch call; it changes only after a fetch
 	// succeeded, so a call repeated after an error is recognised.

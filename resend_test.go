@@ -605,3 +605,75 @@ func TestGroupedFetchRunsOnceWhenItsReplyIsLost(t *testing.T) {
 		groupsClean(t, q)
 	})
 }
+
+// Fault 1 for a timer's fire: the reply of an applied Fire.Ack is lost, a
+// timer of its key was set while it fired, and a cleaner declares the
+// connection dead before go-redis sends the ack again. The answer is the
+// first call's, nil; the timer set meanwhile fires once, and so does the
+// fire the connection held and did not ack (the cleaner returned it).
+func TestFireAckAppliedBeforeACleanIsNotDenied(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.mini == nil {
+			realClient(t)
+		}
+		ctx := context.Background()
+		r := newFaultRig(t, b.client, backendAddr(b))
+		admin := openTimers(t, r.admin, "t")
+		for _, k := range []string{"acked", "kept"} {
+			if err := admin.Set(ctx, k, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts := openTimers(t, r.worker, "t")
+		var fs Fires
+		for len(fs) < 2 {
+			got, err := ts.NextBatch(ctx, int64(2-len(fs)), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, got...)
+		}
+		acked, kept := fs[0], fs[1]
+		if acked.Key() != "acked" {
+			acked, kept = kept, acked
+		}
+		if err := admin.Set(ctx, "acked", 0); err != nil {
+			t.Fatal(err)
+		}
+		r.proxy.armHold(refPattern(acked.(redisFire).d))
+		ackErr := make(chan error, 1)
+		go func() { ackErr <- acked.Ack(ctx) }()
+		r.proxy.awaitTrip(t, 1)
+		if n := r.declareWorkerDead(t); n != 1 {
+			t.Fatalf("the cleaner returned %d fires, want the one not acked", n)
+		}
+		r.proxy.releaseHeld()
+		if err := <-ackErr; err != nil {
+			t.Fatalf("LIBRARY BUG: the fire's Ack ran in Redis and its reply was lost; sent again after a cleaner declared "+
+				"the connection dead, it returned %v instead of nil", err)
+		}
+		if err := kept.Ack(ctx); !errors.Is(err, ErrorNotFound) || !errors.Is(err, ErrorConnectionLost) {
+			t.Fatalf("Ack of the fire the cleaner returned: %v, want ErrorNotFound and ErrorConnectionLost", err)
+		}
+		got := map[string]int{}
+		for {
+			f, err := admin.Next(ctx, 300*time.Millisecond)
+			if errors.Is(err, ErrorTimeout) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[f.Key()]++
+			if err := f.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got["acked"] != 1 || got["kept"] != 1 || len(got) != 2 {
+			t.Fatalf("fired afterwards %v, want the timer set meanwhile and the returned fire once each", got)
+		}
+		if s := mustStats(t, r.admin).TimerStats["t"]; s != (TimerStat{}) {
+			t.Fatalf("stats at the end %+v, want none", s)
+		}
+	})
+}

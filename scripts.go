@@ -25,7 +25,7 @@ var scriptFiles embed.FS
 type scriptSet struct {
 	register, heartbeat, declareDead     *redis.Script
 	stop                                 *redis.Script
-	fetch, settle, ack                   *redis.Script
+	fetch, settle, ack, fireAck          *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
 	publish, put, release, touch         *redis.Script
@@ -171,6 +171,7 @@ func newScriptSet(prelude string) scriptSet {
 		fetch:               queueScript("fetch"),
 		settle:              queueScript("settle"),
 		ack:                 queueScript("ack"),
+		fireAck:             queueScript("fire_ack"),
 		returnUnacked:       queueScript("return_unacked"),
 		returnRejected:      queueScript("return_rejected"),
 		purge:               queueScript("purge"),

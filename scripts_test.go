@@ -15,7 +15,7 @@ func TestScriptsCarryTheHelpersTheyUse(t *testing.T) {
 			names = append(names, m[1])
 		}
 	}
-	for _, name := range []string{"fetch", "settle", "ack", "return_unacked", "return_rejected", "purge", "publish",
+	for _, name := range []string{"fetch", "settle", "ack", "fire_ack", "return_unacked", "return_rejected", "purge", "publish",
 		"release", "touch", "reject_with", "maintain", "counts", "drain", "put", "upsert", "keyed_cancel",
 		"keyed_run_now", "keyed_lookup"} {
 		body := readScript(name)

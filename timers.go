@@ -125,6 +125,7 @@ func (c *redisConnection) OpenTimers(name string) (Timers, error) {
 	}
 	q := newQueue(c, name, queueOptions{retry: DefaultRetryPolicy})
 	q.setKeys(newQueueKeys(c.opts.namespace, timerTag+name))
+	q.timers = true
 	if err := c.client.SAdd(context.Background(), c.keys.timers, name).Err(); err != nil {
 		return nil, errorf("redq: open timers %q: %w", name, err)
 	}

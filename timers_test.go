@@ -565,3 +565,62 @@ func TestStopAllConsumingHandsBackFiresTakenAhead(t *testing.T) {
 		}
 	})
 }
+
+// A timer set for later while its key fires becomes pending when the fire
+// is acked, due at its own time: it does not fire before, and it fires
+// then. The acks are counted.
+func TestSetForLaterWhileFiringFiresAtItsOwnTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := newSchedClock(b)
+		c := openT(t, b, "timers", namespace())
+		ts := openTimers(t, c, "t")
+		ctx := context.Background()
+		if err := ts.Set(ctx, "k", 0); err != nil {
+			t.Fatal(err)
+		}
+		f1 := nextFire(t, ts, 5*time.Second)
+		if err := ts.Set(ctx, "k", 400*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := f1.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		due, err := ts.Lookup(ctx, "k")
+		if err != nil {
+			t.Fatalf("lookup of the timer set during the fire, after its ack: %v", err)
+		}
+		if b.mini != nil && !due.Equal(clock.now.Add(400*time.Millisecond)) {
+			t.Fatalf("due %v, want %v", due, clock.now.Add(400*time.Millisecond))
+		}
+		if s := mustStats(t, c).TimerStats["t"]; s != (TimerStat{Pending: 1}) {
+			t.Fatalf("stats after the ack %+v, want the new timer pending", s)
+		}
+		noFire(t, ts, 100*time.Millisecond, "before the new timer's due time")
+		clock.skip(400 * time.Millisecond)
+		f2 := nextFire(t, ts, 5*time.Second)
+		if f2.Key() != "k" || !f2.Due().Equal(due) {
+			t.Fatalf("fired %q due %v, want k due %v", f2.Key(), f2.Due(), due)
+		}
+		if b.mini == nil && time.Now().Before(due) {
+			t.Fatalf("fired at %v, before its due time %v", time.Now(), due)
+		}
+		if err := f2.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := mustStats(t, c).TimerStats["t"]; s != (TimerStat{}) {
+			t.Fatalf("stats after the last ack %+v, want none", s)
+		}
+		k := newQueueKeys(c.opts.namespace, timerTag+"t")
+		tm, err := b.client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var acked int64
+		for _, p := range historyOf(tm, b.client.HGetAll(ctx, k.meta()).Val(), nil, time.Hour) {
+			acked += p.Acked
+		}
+		if acked != 2 {
+			t.Fatalf("%d acks counted, want 2", acked)
+		}
+	})
+}

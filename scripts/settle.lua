@@ -21,7 +21,8 @@
 -- still learns what the first call did.
 --
 -- Acks of takes none of which is keyed or grouped, the common case, go to
--- ack.lua, its short form, instead.
+-- ack.lua, its short form, instead, and acks of a timer set's fires to
+-- fire_ack.lua.
 --
 -- KEYS: the queue's keys with the storage of the connection, and for 'P'
 -- the destination queue's block (see scriptKeys in keys.go). Acks and
