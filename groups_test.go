@@ -563,11 +563,12 @@ func TestGroupRateLimit(t *testing.T) {
 		total := 0
 		for i := 0; i < 3; i++ {
 			if _, err := qw.AddConsumerFunc("c", func(d Delivery) {
+				handed := time.Now()
+				_ = d.Ack() // counted once acked: the group's slot is free then
 				mu.Lock()
-				times[d.Payload()] = append(times[d.Payload()], time.Now())
+				times[d.Payload()] = append(times[d.Payload()], handed)
 				total++
 				mu.Unlock()
-				_ = d.Ack()
 			}); err != nil {
 				t.Fatal(err)
 			}
