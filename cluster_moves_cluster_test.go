@@ -279,7 +279,7 @@ func TestClusterMovesAcrossSlots(t *testing.T) {
 			procEnvQueue:        "work",
 			procEnvPushQueue:    "dead",
 		})
-		h.await("STAGED", 30*time.Second, nil)
+		h.await("STAGED", 60*time.Second, nil)
 		h.kill()
 		if n := client.HLen(ctx, src.keys.outbox).Val(); n != 1 {
 			t.Fatalf("outbox holds %d after the kill, want the staged delivery", n)

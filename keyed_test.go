@@ -910,7 +910,7 @@ func TestProcessKilledWhileASuccessorWaits(t *testing.T) {
 	env[procEnvHBTTL] = "1s"
 	env[procEnvAckFile] = filepath.Join(t.TempDir(), "acks")
 	victim := startProcHelper(t, "consume", env)
-	victim.await("HELD", 20*time.Second, nil)
+	victim.await("HELD", 60*time.Second, nil) // the first message: a start beside other process tests
 	mustUpsert(t, q, "k", "v2", Queued)
 	mustUpsert(t, q, "k", "v3", Queued)
 	victim.kill()

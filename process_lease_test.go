@@ -349,7 +349,7 @@ func procLeaseScenario(t *testing.T, withCleaner bool) {
 	// No lease of the hung process began before since, so none may run out
 	// before leaseFloor.
 	leaseFloor := time.Unix(0, sinceNS).Add(ttr - slack)
-	heldMsg := hung.await("HELD", 20*time.Second, nil)
+	heldMsg := hung.await("HELD", 60*time.Second, nil)
 	heldPayloads := strings.Split(heldMsg.get("payloads"), ",")
 	if len(heldPayloads) != hold || !heldMsg.bool("first") {
 		t.Fatalf("the hung consumer holds %v (first attempts: %v), want %d on their first attempt", heldPayloads, heldMsg.get("first"), hold)

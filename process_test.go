@@ -576,7 +576,7 @@ func TestProcessCrashSIGKILL(t *testing.T) {
 	env[procEnvAckFile] = ackFile
 	child := startProcHelper(t, "consume", env)
 	childConn := child.await("READY", procReadyTimeout, nil).get("conn")
-	heldMsg := child.await("HELD", 20*time.Second, nil)
+	heldMsg := child.await("HELD", 60*time.Second, nil)
 	if got := heldMsg.int("acked"); got != ackFirst {
 		t.Fatalf("child acked %d before holding, want %d", got, ackFirst)
 	}
@@ -688,7 +688,7 @@ func TestProcessZombieSIGSTOP(t *testing.T) {
 	env[procEnvHBTTL] = hbTTL.String()
 	child := startProcHelper(t, "zombie", env)
 	childConn := child.await("READY", procReadyTimeout, nil).get("conn")
-	child.await("HELD", 20*time.Second, nil)
+	child.await("HELD", 60*time.Second, nil)
 	st := mustStats(t, admin, queue).QueueStats[queue]
 	if cs := st.Connections[childConn]; !cs.Active || cs.UnackedCount != m || st.ReadyCount != 0 {
 		t.Fatalf("before the pause: %s", procQueueState(admin, queue))
