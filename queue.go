@@ -712,23 +712,22 @@ func (q *redisQueue) fetchLoop() {
 				got, hint, err = q.fetch(ctx, reg, min(q.prefetchLimit-int64(len(q.buf)), q.chunk()))
 				ahead = true
 			case hint == hintPaused && !own:
-				if !q.conn.waits.wait(ctx, q.keys.resume(), q.pollDuration, q.stop) {
+				var stopped bool
+				want, got, hint, stopped, err = q.sharedWaitFetch(ctx, reg, q.keys.resume(), q.pollDuration)
+				if stopped {
 					return
 				}
-				want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
-				got, hint, err = q.fetch(ctx, reg, want)
 				ahead = true
 			case hint == hintPaused:
 				// Paused: wait for a Resume (which wakes the wait) or
 				// pollDuration, and fetch again.
 				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.resume(), q.pollDuration, false)
 			case int64(got) < want && hint != 0 && !own:
-				// The shared wait ends on time by itself (a local timer).
-				if !q.conn.waits.wait(ctx, q.keys.ready, waitFor(q.pollDuration, hint), q.stop) {
+				var stopped bool
+				want, got, hint, stopped, err = q.sharedWaitFetch(ctx, reg, q.keys.ready, waitFor(q.pollDuration, hint))
+				if stopped {
 					return
 				}
-				want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
-				got, hint, err = q.fetch(ctx, reg, want)
 				ahead = true
 			case int64(got) < want && hint != 0:
 				want, got, hint, ahead, err = q.waitFetch(ctx, w, reg, q.keys.ready, waitFor(q.pollDuration, hint), hint > 0 && time.Duration(hint)*time.Millisecond < q.pollDuration)
@@ -781,6 +780,19 @@ func (q *redisQueue) mayWait(reg *registration) bool {
 	}
 	r, ok, _ := q.conn.usable()
 	return ok && r == reg && int64(len(q.buf)) < q.prefetchLimit
+}
+
+// sharedWaitFetch waits for key on the connection's shared waits (see
+// sharedWaits; the wait ends on time by itself, a local timer) and then
+// fetches, returning what it asked for and took and its hint as fetch
+// does; stopped when consuming stopped during the wait.
+func (q *redisQueue) sharedWaitFetch(ctx context.Context, reg *registration, key string, d time.Duration) (want int64, got int, hint int64, stopped bool, err error) {
+	if !q.conn.waits.wait(ctx, key, d, q.stop) {
+		return 0, 0, 0, true, nil
+	}
+	want = min(q.prefetchLimit-int64(len(q.buf)), q.chunk())
+	got, hint, err = q.fetch(ctx, reg, want)
+	return want, got, hint, false, err
 }
 
 // waitFetch waits on key (ready, or the resume list of a paused queue)

@@ -13,8 +13,9 @@ import (
 
 // waiter lets an idle consumer wait on Redis for a publish instead of
 // sleeping. The first few consuming queues of a connection wait with a
-// waiter each; the others share one connection (see sharedWaits). It blocks with BLMOVE from the tail of ready to the tail of
-// ready: the command returns as soon as the list holds something, and moves
+// waiter each; the others share one connection (see sharedWaits). It
+// blocks with BLMOVE from the tail of ready to the tail of ready: the
+// command returns as soon as the list holds something, and moves
 // nothing (the element goes back where it was), so no delivery ever sits
 // outside ready and unacked storage because of the wait.
 //

@@ -1094,12 +1094,17 @@ local function is_keyed_take(field)
   return string.byte(field, -1) == 107
 end
 
+-- A plain envelope (format 1) with its first attempt counted: format 3,
+-- priority 0 (the common case of again, kept cheap for the cleaner).
+local function plain_again(e)
+  return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2)
+end
+
 -- e taken once more goes back: count the attempt and restart its time to
 -- live. Returns the new envelope and its priority.
 local function again(e, now)
   if string.byte(e, 1) == 1 then
-    -- plain (the common case, kept cheap for the cleaner): first attempt counted
-    return '\3' .. string.sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. string.sub(e, IDLEN + 2), 0
+    return plain_again(e), 0
   end
   local m, stop = meta_of(e)
   m[1] = m[1] + 1

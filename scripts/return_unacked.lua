@@ -40,7 +40,7 @@ if n > 0 then
   -- cost in Lua: the common case (a plain envelope of a plain take, see
   -- again) is written out here, with counters rather than the length
   -- operator, which searches the table.
-  local byte, sub = string.byte, string.sub
+  local byte = string.byte
   local first, n0 = {}, 0
   local groups = {[0] = first}
   for i = 1, n do
@@ -49,7 +49,7 @@ if n > 0 then
     if byte(e, 1) == 1 and last ~= 107 and last ~= 103 then
       -- as again(e, now): plain, priority 0, first attempt counted
       n0 = n0 + 1
-      first[n0] = '\3' .. sub(e, 2, IDLEN + 1) .. '1,0,0,0,0,0;' .. sub(e, IDLEN + 2)
+      first[n0] = plain_again(e)
     else
       local p
       e, p = again(e, now)
