@@ -668,8 +668,10 @@ func TestTTLOfADelayedDeliveryCountsFromItsDueTime(t *testing.T) {
 		// would be over before the delivery is due.
 		const delay, ttl = 500 * time.Millisecond, 300 * time.Millisecond
 		start := time.Now()
-		mustPut(t, q, "a", Delay(delay), TTL(ttl))
-		mustPut(t, q, "b", Delay(delay), TTL(ttl))
+		// one due time for both: two Delays could fall in two milliseconds
+		due := clock.in(delay)
+		mustPut(t, q, "a", At(due), TTL(ttl))
+		mustPut(t, q, "b", At(due), TTL(ttl))
 
 		var d Delivery
 		if b.mini != nil {

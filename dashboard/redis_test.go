@@ -84,20 +84,8 @@ func fill(t *testing.T, be backend) []string {
 			t.Fatal("the handler did not run")
 		}
 	}
-	<-q.StopConsuming()
-	for _, p := range []string{"r-1", "r-2", `{"big":"` + strings.Repeat("x", 3000) + `"}`} {
-		if err := q.Put(ctx, []byte(p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range []string{"later-1", "later-2"} {
-		if err := q.Put(ctx, []byte(p), redq.Delay(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := q.Upsert(ctx, "user-1", []byte("digest"), redq.Delay(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	// The handler's rejections are settled after it returned: wait for
+	// both before stopping, which would leave one in flight unacked.
 	var ids []string
 	deadline := time.Now().Add(30 * time.Second) // a loaded machine settles slowly
 	for len(ids) < 2 && time.Now().Before(deadline) {
@@ -113,6 +101,20 @@ func fill(t *testing.T, be backend) []string {
 	}
 	if len(ids) != 2 {
 		t.Fatalf("rejected ids %v, want 2", ids)
+	}
+	<-q.StopConsuming()
+	for _, p := range []string{"r-1", "r-2", `{"big":"` + strings.Repeat("x", 3000) + `"}`} {
+		if err := q.Put(ctx, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"later-1", "later-2"} {
+		if err := q.Put(ctx, []byte(p), redq.Delay(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Upsert(ctx, "user-1", []byte("digest"), redq.Delay(time.Hour)); err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
