@@ -91,13 +91,60 @@ func (m meta) plain() bool {
 
 // encodeEnvelope builds the stored form of one delivery.
 func encodeEnvelope(ids *idSource, now time.Time, m meta, payload []byte) ([]byte, error) {
-	if m.plain() {
-		b := make([]byte, 0, envFixedLen+len(payload))
-		b = append(b, envPlain)
-		b = ids.next(b, now)
-		return append(b, payload...), nil
+	args, err := encodeEnvelopes(ids, now, m, [][]byte{payload})
+	if err != nil {
+		return nil, err
 	}
-	return encodeWithID(string(ids.next(make([]byte, 0, idLen), now)), m, payload)
+	return args[0].(*envArg).b, nil
+}
+
+// envArg is an envelope as a command argument. A publish boxes a pointer
+// to it, which costs no allocation, where boxing the byte slice itself
+// would cost one per envelope; go-redis writes it through MarshalBinary.
+type envArg struct{ b []byte }
+
+// MarshalBinary returns the envelope's bytes.
+func (e *envArg) MarshalBinary() ([]byte, error) { return e.b, nil }
+
+// encodeEnvelopes builds the stored forms of payloads, all with meta m, in
+// one buffer, and returns them as command arguments (each an *envArg).
+// One allocation for all of them: a publish of 100 payloads spent a tenth
+// of its client time allocating their envelopes one by one.
+func encodeEnvelopes(ids *idSource, now time.Time, m meta, payloads [][]byte) ([]any, error) {
+	plain := m.plain()
+	var hj []byte
+	per := envFixedLen
+	if !plain {
+		if len(m.header) > 0 {
+			var err error
+			if hj, err = json.Marshal(m.header); err != nil {
+				return nil, err
+			}
+		}
+		per += 60 + len(m.key) + len(m.group) + len(hj) // 60: the metadata text, nearly always enough
+	}
+	total := 0
+	for _, p := range payloads {
+		total += per + len(p)
+	}
+	buf := make([]byte, 0, total)
+	refs := make([]envArg, len(payloads))
+	args := make([]any, len(payloads))
+	for i, p := range payloads {
+		start := len(buf)
+		if plain {
+			buf = append(buf, envPlain)
+			buf = ids.next(buf, now)
+		} else {
+			buf = appendMetaEnvelope(buf, ids.next(nil, now), m, hj)
+		}
+		buf = append(buf, p...)
+		// capped, so that nothing appended later can write into it (a
+		// buffer that grows leaves it in the old array, which stays valid)
+		refs[i].b = buf[start:len(buf):len(buf)]
+		args[i] = &refs[i]
+	}
+	return args, nil
 }
 
 func appendMeta(b []byte, m meta, headerLen int) []byte {
@@ -237,6 +284,14 @@ func encodeWithID(id string, m meta, payload []byte) ([]byte, error) {
 		}
 	}
 	b := make([]byte, 0, envFixedLen+60+len(m.key)+len(m.group)+len(hj)+len(payload))
+	b = appendMetaEnvelope(b, id, m, hj)
+	return append(b, payload...), nil
+}
+
+// appendMetaEnvelope appends to b what comes before the payload in an
+// envelope with metadata: its format, id, the metadata and the headers as
+// JSON (hj).
+func appendMetaEnvelope[ID string | []byte](b []byte, id ID, m meta, hj []byte) []byte {
 	switch {
 	case m.key != "":
 		b = append(b, envKeyed)
@@ -247,6 +302,5 @@ func encodeWithID(id string, m meta, payload []byte) ([]byte, error) {
 	}
 	b = append(b, id...)
 	b = appendMeta(b, m, len(hj))
-	b = append(b, hj...)
-	return append(b, payload...), nil
+	return append(b, hj...)
 }

@@ -123,3 +123,35 @@ func FuzzValidName(f *testing.F) {
 		}
 	})
 }
+
+// A publish encodes its envelopes into one buffer: each must decode to its
+// own payload and id, and none may reach into the next (an append to one
+// must not write over another).
+func TestEncodeEnvelopesShareOneBuffer(t *testing.T) {
+	ids := newIDSource()
+	payloads := [][]byte{[]byte("first"), {}, []byte(strings.Repeat("x", 300)), []byte("last")}
+	for _, m := range []meta{{}, {priority: 2, header: http.Header{"K": {"v"}}}, {group: "g", key: ""}} {
+		args, err := encodeEnvelopes(ids, time.Now(), m, payloads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for i, a := range args {
+			b, err := a.(*envArg).MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cap(b) != len(b) {
+				t.Fatalf("envelope %d has room for %d more bytes: an append would write into the next", i, cap(b)-len(b))
+			}
+			env, ok := decodeEnvelope(string(b))
+			if !ok || env.payload != string(payloads[i]) || seen[env.id] {
+				t.Fatalf("envelope %d of %+v: decoded %+v ok=%v (ids so far %d)", i, m, env, ok, len(seen))
+			}
+			seen[env.id] = true
+			if env.meta.priority != m.priority || env.meta.group != m.group {
+				t.Fatalf("envelope %d: meta %+v, want %+v", i, env.meta, m)
+			}
+		}
+	}
+}

@@ -182,7 +182,6 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 	}
 	m := meta{priority: o.priority, ttr: o.ttr, ttl: o.ttl, header: o.header, group: o.group}
 	now := time.Now()
-	args := make([]any, len(payloads))
 	size := 0
 	for i, p := range payloads {
 		size += len(p)
@@ -191,13 +190,11 @@ func (q *redisQueue) publish(ctx context.Context, o publishOptions, payloads [][
 			// pay for it
 			return checkPayloadSize(fmt.Sprintf("payload %d", i), len(p), q.conn.opts.maxPayloadSize)
 		}
-		env, err := encodeEnvelope(q.conn.ids, now, m, p)
-		if err != nil {
-			return argError("header", o.header, err.Error())
-		}
-		args[i] = env
 	}
-	var err error
+	args, err := encodeEnvelopes(q.conn.ids, now, m, payloads)
+	if err != nil {
+		return argError("header", o.header, err.Error())
+	}
 	switch {
 	case o.scheduled():
 		var at int64
