@@ -140,7 +140,6 @@ func TestAFlushOfSeveralQueuesAcksAnswersEachRequest(t *testing.T) {
 	})
 }
 
-
 // Only a single-node client (a failover client is one) merges the acks of
 // several queues: on a cluster a call must stay within one slot.
 func TestAcksMergeOnlyOnASingleNode(t *testing.T) {
