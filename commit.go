@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // committer settles deliveries (ack, reject, push, hand back) for one
@@ -28,6 +30,11 @@ type committer struct {
 	conn   *redisConnection
 	group  *groupCommit[*settleRequest]
 	fields fieldPool
+	// merge is set on a single-node client (a failover client is one),
+	// where one script may touch the keys of many queues: the plain acks
+	// of several queues in one flush then share a call of ack_many.lua
+	// (see mergeAcks).
+	merge bool
 }
 
 // Settle modes, as settle.lua reads them; an ack of takes none of which is
@@ -91,6 +98,7 @@ const ackFlushSlots = 1
 
 func newCommitter(c *redisConnection) *committer {
 	cm := &committer{conn: c, fields: fieldPool{prefix: "s"}}
+	_, cm.merge = c.client.(*redis.Client)
 	cm.group = newGroupCommitSlots(cm.flush, ackFlushSlots)
 	return cm
 }
@@ -244,7 +252,102 @@ func (c *committer) flush(_ int, batch []*settleRequest) {
 		}
 		rcs[i] = cl.rc
 	}
+	if c.merge {
+		rcs = mergeAcks(rcs)
+	}
 	c.conn.sendAll(rcs, nil)
+}
+
+// Bounds of one call of ack_many.lua: its groups (7 keys each) and its
+// takes, as for one queue's call.
+const (
+	ackManyGroups = 64
+	ackManyTakes  = fetchChunk
+)
+
+// mergeAcks returns calls with the calls of ack.lua among them (plain
+// acks, one queue and registration each) put together into calls of
+// ack_many.lua, up to ackManyGroups groups and ackManyTakes takes each; a
+// lone call of ack.lua stays as it is. Each group keeps its field and
+// token, so Redis records and answers each as if it had been sent alone,
+// and a send of the merged call again answers every group as the first
+// did. The merged call is sent until the latest of its groups' deadlines,
+// reports a failed try to each group's report, and hands each group its
+// own part of the answer, or the call's error.
+func mergeAcks(calls []*remembered) []*remembered {
+	var acks []*remembered
+	out := calls[:0:0]
+	for _, rc := range calls {
+		if rc.script == scripts.ack {
+			acks = append(acks, rc)
+		} else {
+			out = append(out, rc)
+		}
+	}
+	if len(acks) < 2 {
+		return calls
+	}
+	for len(acks) > 0 {
+		var group []*remembered
+		takes := 0
+		for len(acks) > 0 && len(group) < ackManyGroups {
+			n := len(acks[0].args) - 3
+			if len(group) > 0 && takes+n > ackManyTakes {
+				break
+			}
+			group = append(group, acks[0])
+			takes += n
+			acks = acks[1:]
+		}
+		if len(group) == 1 {
+			out = append(out, group[0])
+			continue
+		}
+		out = append(out, mergedAck(group, takes))
+	}
+	return out
+}
+
+// mergedAck is one call of ack_many.lua for the ack.lua calls group,
+// which carry takes takes in all.
+func mergedAck(group []*remembered, takes int) *remembered {
+	keys := make([]string, 0, 7*len(group))
+	args := make([]any, 0, 4*len(group)+takes)
+	m := &remembered{}
+	for _, rc := range group {
+		keys = append(keys, rc.keys...)
+		args = append(args, len(rc.args)-3)
+		args = append(args, rc.args...)
+		if rc.deadline.After(m.deadline) {
+			m.deadline = rc.deadline
+		}
+	}
+	m.scriptCall = scriptCall{script: scripts.ackMany, keys: keys, args: args}
+	m.report = func(err error, n int) {
+		for _, rc := range group {
+			if rc.report != nil {
+				rc.report(err, n)
+			}
+		}
+	}
+	m.done = func(v any, err error) {
+		var parts []any
+		if err == nil || errors.Is(err, ErrorNotReplicated) {
+			// (with WithWaitReplicas the answer comes with the error)
+			var ok bool
+			if parts, ok = v.([]any); !ok || len(parts) != len(group) {
+				parts, err = nil, errorf("%w: ack_many.lua answered %T for %d groups", errBadReply, v, len(group))
+			}
+		}
+		for i, rc := range group {
+			if parts == nil {
+				rc.done(nil, err)
+			} else {
+				rc.done(parts[i], err)
+			}
+		}
+	}
+	return m
 }
 
 // fieldPool hands out names of fields of a replies hash (or of record

@@ -183,6 +183,7 @@ type redisConnection struct {
 	keys      globalKeys
 	ids       *idSource
 	acks      *committer
+	counts    *countWriter // consumer counts (see AddConsumer)
 	waits     *sharedWaits // idle queues beyond the first few wait here
 	publisher *publisher
 	keyed     *scriptBatcher // upserts, cancels and run-nows of keyed items
@@ -258,6 +259,7 @@ func open(ctx context.Context, tag string, client redis.UniversalClient, errChan
 		changed: make(chan struct{}),
 	}
 	c.acks = newCommitter(c)
+	c.counts = newCountWriter(c)
 	c.waits = newSharedWaits(client, o.namespace)
 	c.publisher = newPublisher(c)
 	c.keyed = newScriptBatcher(c, "k")

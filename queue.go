@@ -79,7 +79,10 @@ type Queue interface {
 	// head of ready. The channel is closed when all that is done.
 	StopConsuming() <-chan struct{}
 	// AddConsumer starts a goroutine that calls consumer for each delivery
-	// and returns the consumer's name.
+	// and returns the consumer's name. It does not wait for Redis: the
+	// consumer count that the stats show is written in the background (and
+	// again after a failure while the queue consumes); the connection's own
+	// CollectStats waits for it, other readers see it a round trip later.
 	AddConsumer(tag string, consumer Consumer) (string, error)
 	// AddConsumerFunc is AddConsumer for a function.
 	AddConsumerFunc(tag string, consumerFunc ConsumerFunc) (string, error)
@@ -379,6 +382,9 @@ func (q *redisQueue) StopConsuming() <-chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		name := q.conn.Name()
+		// (after a count written in the background, or it could land
+		// after this one)
+		_ = q.conn.counts.await(ctx)
 		_ = scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, name, 0, "0").Err()
 		_ = q.conn.client.HDel(ctx, q.keys.replies(name), q.fetchField()).Err()
 		close(q.stopDone)
@@ -578,13 +584,9 @@ func (q *redisQueue) addConsumer(tag string, run func()) (string, error) {
 	}
 	q.consumers++
 	name := fmt.Sprintf("%s-%d", tag, q.consumers)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := scripts.setConsumers.Run(ctx, q.conn.client, []string{q.keys.consumers}, q.conn.Name(), q.consumers, "0").Err()
-	if err != nil {
-		q.consumers--
-		return "", errorf("redq: add consumer to %q: %w", q.name, err)
-	}
+	// The count goes to Redis in the background (see countWriter): only
+	// the stats read it, and the connection's own reads wait for it.
+	q.conn.counts.mark(q)
 	q.workers.Add(1)
 	go func() {
 		defer q.workers.Done()

@@ -26,6 +26,7 @@ type scriptSet struct {
 	register, heartbeat, declareDead     *redis.Script
 	stop                                 *redis.Script
 	fetch, settle, ack, fireAck          *redis.Script
+	ackMany                              *redis.Script
 	returnUnacked, returnRejected, purge *redis.Script
 	setConsumers                         *redis.Script
 	publish, put, release, touch         *redis.Script
@@ -171,6 +172,7 @@ func newScriptSet(prelude string) scriptSet {
 		fetch:               queueScript("fetch"),
 		settle:              queueScript("settle"),
 		ack:                 queueScript("ack"),
+		ackMany:             queueScript("ack_many"),
 		fireAck:             queueScript("fire_ack"),
 		returnUnacked:       queueScript("return_unacked"),
 		returnRejected:      queueScript("return_rejected"),

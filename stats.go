@@ -301,6 +301,11 @@ func (c *redisConnection) CollectStats(queueList []string) (Stats, error) {
 }
 
 func (c *redisConnection) CollectStatsContext(ctx context.Context, queueList []string) (Stats, error) {
+	// The consumer counts of this connection's AddConsumer calls are
+	// written in the background (see countWriter): wait for them.
+	if err := c.counts.await(ctx); err != nil {
+		return Stats{}, err
+	}
 	return collectStats(ctx, c.client, c.keys, queueList)
 }
 

@@ -1290,6 +1290,68 @@ local function settled_before(rk, field, token, n)
   return nil
 end
 
+-- Ack n takes of one connection and queue none of which is keyed (the
+-- body of ack.lua, and of each group of ack_many.lua): delete them from
+-- the connection's unacked hash and end their leases. KEYS[kb+1..kb+7]
+-- are ackKeys' (consumers, leases, the connection's unacked, replies, lost
+-- and done, meta); ARGV[ab+1..ab+3] the connection's name, the field of
+-- the replies hash and the token, ARGV[ab+4..ab+3+n] the takes. Returns
+-- {registered, r1, ..., rn} and records it under the field, so that the
+-- call sent again answers the same and a late send of a call that is
+-- over does nothing (see settled_before).
+local function ack_plain(kb, ab, n)
+  local conn, field, token = ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
+  local ck, lk, uk, rk = KEYS[kb + 1], KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
+  local before = settled_before(rk, field, token, n)
+  if before then
+    return before
+  end
+  local out, flags, members = {1}, {}, {}
+  local acked, registered = 0, nil
+  for i = 1, n do
+    local f = ARGV[ab + 3 + i]
+    local code = redis.call('HDEL', uk, f)
+    if code == 1 then
+      acked = acked + 1
+      members[acked] = f
+    else
+      -- A cleaner unregisters a connection only once it emptied its
+      -- storage, so a take found there means registered: the consumers
+      -- hash is looked at only for a take that is not.
+      if registered == nil then
+        registered = redis.call('HEXISTS', ck, conn) == 1
+      end
+      if not registered and acked == 0 then
+        -- A cleaner emptied this connection's storage and unregistered
+        -- it: there is nothing to settle, and nothing to remember.
+        for j = 1, n do
+          out[j + 1] = 0
+        end
+        out[1] = 0
+        return out
+      end
+      if redis.call('ZSCORE', KEYS[kb + 5], f) then
+        -- its lease ran out and it went back to ready (see expire_leases)
+        code = 2
+      end
+    end
+    out[i + 1] = code
+    flags[i] = code
+  end
+  if acked > 0 then
+    if redis.call('EXISTS', lk) == 1 then
+      for i, f in ipairs(members) do
+        members[i] = lease_member(f, conn)
+      end
+      redis.call('ZREM', lk, unpack(members))
+    end
+    -- acks count in the queue's counters (see tally)
+    tally(KEYS[kb + 7], 'a', acked, now_ms())
+  end
+  redis.call('HSET', rk, field, token .. '|' .. table.concat(flags))
+  return out
+end
+
 -- Return deliveries whose lease ran out (at most max) to the front of
 -- ready, with their attempt counted, in a few calls per connection.
 -- Leases of connections whose storage was not declared stay as they are,
