@@ -149,7 +149,7 @@ func TestEncodeEnvelopesShareOneBuffer(t *testing.T) {
 				t.Fatalf("envelope %d of %+v: decoded %+v ok=%v (ids so far %d)", i, m, env, ok, len(seen))
 			}
 			seen[env.id] = true
-			if env.meta.priority != m.priority || env.meta.group != m.group {
+			if env.priority != m.priority || env.group != m.group {
 				t.Fatalf("envelope %d: meta %+v, want %+v", i, env.meta, m)
 			}
 		}
