@@ -130,13 +130,14 @@ func encodeEnvelopes(ids *idSource, now time.Time, m meta, payloads [][]byte) ([
 	buf := make([]byte, 0, total)
 	refs := make([]envArg, len(payloads))
 	args := make([]any, len(payloads))
+	var id [idLen]byte // the id of a metadata envelope, before its format byte goes in
 	for i, p := range payloads {
 		start := len(buf)
 		if plain {
 			buf = append(buf, envPlain)
 			buf = ids.next(buf, now)
 		} else {
-			buf = appendMetaEnvelope(buf, ids.next(nil, now), m, hj)
+			buf = appendMetaEnvelope(buf, ids.next(id[:0], now), m, hj)
 		}
 		buf = append(buf, p...)
 		// capped, so that nothing appended later can write into it (a
