@@ -44,3 +44,29 @@ func TestScriptsCarryTheHelpersTheyUse(t *testing.T) {
 		t.Fatalf("a script using only IDLEN got:\n%s", got)
 	}
 }
+
+// A script with a fast path defines at its top only the helpers the fast
+// path uses; the full path's helpers are defined inside the function that
+// runs it, so a call the fast path serves does not define them.
+func TestFastPathDefinesOnlyItsHelpers(t *testing.T) {
+	text := queueScriptText(readScript("lib"), readScript("fetch"))
+	top, full, ok := strings.Cut(text, "local function full_path()\n")
+	if !ok {
+		t.Fatalf("fetch.lua's text has no full path function:\n%.300s", text)
+	}
+	for _, name := range []string{"expire_leases", "promote", "pop_ready", "keyed", "grouped", "queue_keys"} {
+		if strings.Contains(top, "local function "+name+"(") {
+			t.Errorf("%s is defined before the fast path", name)
+		}
+		if !strings.Contains(full, "local function "+name+"(") {
+			t.Errorf("%s is not defined in the full path", name)
+		}
+	}
+	if !strings.Contains(top, "local function take_plain(") || !strings.HasSuffix(text, "end\nreturn full_path()\n") {
+		t.Fatalf("fetch.lua's text is not fast path, then the full path's function:\n%s", text)
+	}
+	// a script without a fast path is its helpers and its body, as before
+	if got, want := queueScriptText(readScript("lib"), readScript("ack")), compact(withHelpers(readScript("lib"), readScript("ack"))); got != want {
+		t.Fatalf("ack.lua's text changed:\n%s", got)
+	}
+}

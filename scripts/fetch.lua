@@ -68,6 +68,119 @@
 -- may have run out (see scriptKeys in keys.go)
 -- ARGV[1] connection, ARGV[2] how many, ARGV[3] token, ARGV[4] field,
 -- ARGV[5] cap
+
+-- The common take comes first, with only the few helpers it uses defined
+-- (scripts.go puts the full path below into a function of its own, so its
+-- helpers are defined only when it runs): Redis runs a script's whole text
+-- on every call, and an idle consumer's wake-up waits for this one. It
+-- serves a call that is its token's first send and declares only the
+-- caller's storage, on a queue that is not paused and has no rate limit, no
+-- groups, no priority lists in use, no due delayed deliveries and no leases
+-- that ran out, when the deliveries at the tail of ready are plain
+-- envelopes (format 1) with distinct ids. It takes and answers exactly as
+-- the full path would then. In any other case it changes nothing and
+-- returns nil, and the full path runs: it looks at ready and the queue's
+-- settings first, so that a queue of keyed items or timers, paused,
+-- limited or grouped, hands over after two reads.
+local function take_plain()
+  local conn, token, field = ARGV[1], ARGV[3], ARGV[4]
+  local n, cap = tonumber(ARGV[2]), tonumber(ARGV[5])
+  -- KEYS: the queue's block (see queue_at), the script's own key, then
+  -- the caller's storage alone (unacked, replies, lost, done)
+  if #KEYS ~= QLEN + 5 or n < 1 then
+    return nil
+  end
+  local uk, rk = KEYS[QLEN + 2], KEYS[QLEN + 3]
+  if string.sub(uk, -#conn - 9) ~= ':unacked:' .. conn then
+    return nil
+  end
+  local ready, levels, delayed, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  -- the tail of ready first: a queue of keyed items or timers (whose
+  -- stubs wait in ready) hands over at once
+  local e = redis.call('LINDEX', ready, -1)
+  if e and (string.byte(e, 1) ~= 1 or #e < IDLEN + 1) then
+    return nil
+  end
+  local st = redis.call('HMGET', KEYS[6], 'paused', 'rate_n', 'rate_ms', 'groups')
+  if st[1] or st[2] or st[3] or st[4] then
+    return nil
+  end
+  if redis.call('HEXISTS', KEYS[7], conn) == 0 then
+    return nil -- not registered: the full path refuses the call
+  end
+  local now = now_ms()
+  local last = redis.call('HGET', rk, field)
+  local lt = last and tonumber(string.match(last, '^(%d+)|'))
+  if lt and lt >= tonumber(token) then
+    return nil -- a resend, or a late send
+  end
+  -- the first lease to run out and the first delayed delivery: neither
+  -- may be due, and the earlier is the hint when ready runs dry
+  local hint = -1
+  for _, k in ipairs({leases, delayed}) do
+    local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if #first > 0 then
+      local at = tonumber(first[2])
+      if at <= now then
+        return nil
+      end
+      if hint < 0 or at - now < hint then
+        hint = math.max(1, at - now)
+      end
+    end
+  end
+  if cap > 0 then
+    local room = cap - redis.call('HLEN', uk)
+    if room <= 0 then
+      return nil
+    end
+    n = math.min(n, room)
+  end
+  if redis.call('ZCARD', levels) > 0 then
+    return nil
+  end
+  local items = redis.call('RPOP', ready, n)
+  if not items then
+    return {0, hint, ''}
+  end
+  local ids, seen = {}, {}
+  for i, e in ipairs(items) do
+    local id = string.sub(e, 2, IDLEN + 1)
+    if string.byte(e, 1) ~= 1 or #e < IDLEN + 1 or seen[id] then
+      -- put them back as they were (RPOP answered the tail first)
+      local back = {}
+      for j = #items, 1, -1 do
+        back[#back + 1] = items[j]
+      end
+      redis.call('RPUSH', ready, unpack(back))
+      return nil
+    end
+    seen[id] = true
+    ids[i] = id
+  end
+  local fence = tostring(redis.call('INCR', KEYS[8]))
+  local kv, rec = {}, {}
+  for i, e in ipairs(items) do
+    kv[2 * i - 1] = ids[i] .. fence
+    kv[2 * i] = e
+    rec[2 * i - 1] = ids[i]
+    rec[2 * i] = '-'
+  end
+  redis.call('HSET', uk, unpack(kv))
+  redis.call('HSET', rk, field, token .. '|' .. fence .. '|' .. table.concat(rec))
+  if #items >= n then
+    hint = 0
+  end
+  items[#items + 1] = tonumber(fence)
+  items[#items + 1] = hint
+  items[#items + 1] = ''
+  return items
+end
+local taken = take_plain()
+if taken then
+  return taken
+end
+-- redq: full path
 local P, rl = queue_keys()
 local conn, n, token, field = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local cap = tonumber(ARGV[5])
