@@ -151,8 +151,8 @@ const fullPathMark = "-- redq: full path"
 // fast path (see fullPathMark) gets its full path put into a function of
 // its own, with that path's helpers defined inside it, so that a call the
 // fast path serves defines only the few helpers the fast path uses. On an
-// idle server the definitions of fetch.lua's helpers cost Redis about
-// 20µs a call, several times what they cost a busy one.
+// idle server the definitions of fetch.lua's helpers cost Redis up to
+// about 20µs a call, several times what they cost a busy one.
 func queueScriptText(lib, src string) string {
 	head, tail, ok := strings.Cut(src, "\n"+fullPathMark+"\n")
 	if !ok {

@@ -79,9 +79,10 @@
 -- that ran out, when the deliveries at the tail of ready are plain
 -- envelopes (format 1) with distinct ids. It takes and answers exactly as
 -- the full path would then. In any other case it changes nothing and
--- returns nil, and the full path runs: it looks at ready and the queue's
--- settings first, so that a queue of keyed items or timers, paused,
--- limited or grouped, hands over after two reads.
+-- returns nil, and the full path runs. It looks at the tail of ready and
+-- the queue's settings first, so that a queue of keyed items or timers
+-- hands over after one read, and a paused, limited or grouped one after
+-- two.
 local function take_plain()
   local conn, token, field = ARGV[1], ARGV[3], ARGV[4]
   local n, cap = tonumber(ARGV[2]), tonumber(ARGV[5])
