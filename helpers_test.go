@@ -92,8 +92,9 @@ func realClient(t testing.TB) *redis.Client {
 	return realRedis.Client(t)
 }
 
-// openT opens a connection in a namespace of the test's own and stops it at
-// the end of the test.
+// openT opens a connection with opts and stops it at the end of the test.
+// Pass namespace() (or a namespace shared on purpose) so that the test's
+// keys are its own.
 func openT(t testing.TB, b backend, tag string, opts ...Option) *redisConnection {
 	t.Helper()
 	c, err := openConn(b.client, tag, nil, opts...)
