@@ -39,13 +39,14 @@ var minuteField = regexp.MustCompile(`^([a-z]+)\d+$`)
 // keyCopy is one key's type and contents, as restoreKeys writes it back.
 type keyCopy struct {
 	typ    string
-	items  []string  // a list's elements, a set's members, a string
-	fields []string  // a hash's fields and values, in pairs
-	zs     []redis.Z // a sorted set's members
+	items  []string      // a list's elements, a set's members, a string
+	fields []string      // a hash's fields and values, in pairs
+	zs     []redis.Z     // a sorted set's members
+	ttl    time.Duration // 0: none
 }
 
 // snapshotKeys reads every key that starts with prefix, as a state to
-// compare and as copies to restore. (miniredis answers DUMP for strings
+// compare (with whether each key expires) and as copies to restore. (miniredis answers DUMP for strings
 // only.)
 func snapshotKeys(t *testing.T, c redis.UniversalClient, prefix string) (keyState, map[string]keyCopy) {
 	t.Helper()
@@ -90,6 +91,10 @@ func snapshotKeys(t *testing.T, c redis.UniversalClient, prefix string) (keyStat
 		default:
 			t.Fatalf("key %s: type %s", k, kc.typ)
 		}
+		if ttl := c.PTTL(ctx, k).Val(); ttl > 0 {
+			kc.ttl = ttl
+			v += " (expires)" // when may differ by the runs' gap
+		}
 		state[k] = kc.typ + ":" + v
 		copies[k] = kc
 	}
@@ -116,6 +121,9 @@ func restoreKeys(t *testing.T, c redis.UniversalClient, prefix string, copies ma
 			err = c.ZAdd(ctx, k, kc.zs...).Err()
 		case "string":
 			err = c.Set(ctx, k, kc.items[0], 0).Err()
+		}
+		if err == nil && kc.ttl > 0 {
+			err = c.PExpire(ctx, k, kc.ttl).Err()
 		}
 		if err != nil {
 			t.Fatal(err)
