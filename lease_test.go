@@ -135,6 +135,14 @@ func TestLeaseOfHungConsumerGoesBackToReadyForAnotherConnection(t *testing.T) {
 			t.Fatalf("first take: attempts %d, want 1", stale.Attempts())
 		}
 		stopped := qh.StopConsuming() // finishes once the consumer returns
+		// The hung connection's fetch loop must be over before the lease
+		// runs out: a fetch of its own still under way would take "slow"
+		// back itself (seen on a loaded machine).
+		select {
+		case <-qh.fetchDone:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the hung connection's fetch loop did not end")
+		}
 		if n := mustStats(t, other, "jobs").QueueStats["jobs"].Connections[hung.Name()].UnackedCount; n != 1 {
 			t.Fatalf("the hung connection holds %d, want the slow one", n)
 		}
