@@ -202,11 +202,13 @@ func (s *asynqSystem) Publish(ctx context.Context, e *env, n, goroutines, perCal
 	r := s.open(e, goroutines)
 	defer r.close()
 	q := asynqQueuePrefix()
+	cpuStart(ctx)
 	start := time.Now()
 	if err := r.enqueueAll(ctx, n, goroutines, e.payloadSize, func(int) string { return q }); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
 	elapsed := time.Since(start)
+	cpuStop(ctx)
 	if err := r.expectQueue(q, n); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
@@ -223,6 +225,7 @@ func (r *asynqRun) consumeAll(ctx context.Context, n, concurrency int, queues []
 		tl.see(t.Payload())
 		return nil
 	}
+	cpuStart(ctx)
 	start := time.Now()
 	if err := r.start(concurrency, queues, handler); err != nil {
 		return 0, err
@@ -231,6 +234,7 @@ func (r *asynqRun) consumeAll(ctx context.Context, n, concurrency int, queues []
 		return 0, fmt.Errorf("asynq: consume: %w", err)
 	}
 	elapsed := time.Since(start)
+	cpuStop(ctx)
 	r.shutdown()
 	for _, q := range queues {
 		if err := r.expectQueue(q, 0); err != nil {
@@ -281,6 +285,7 @@ func (s *asynqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (ste
 	if err := r.start(cfg.Consumers, []string{q}, handler); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}
+	cpuStart(ctx)
 	start := time.Now()
 	published, err := pace(ctx, cfg.Rate, cfg.Producers, cfg.Duration, func(seq int) error {
 		if seq >= capacity {
@@ -295,6 +300,7 @@ func (s *asynqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (ste
 	if err := tl.wait(ctx, cfg.DrainLimit); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: after %s drain: %w", cfg.DrainLimit, err)
 	}
+	cpuStop(ctx)
 	r.shutdown()
 	if err := r.expectQueue(q, 0); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)

@@ -160,10 +160,12 @@ func baseAwait(ctx context.Context, done <-chan struct{}, c *baseCrew, limit tim
 // from starting them until t has seen every payload; then it stops them.
 func baseConsume(ctx context.Context, workers int, t *tally, limit time.Duration, loop func(ctx context.Context, i int) error) (time.Duration, error) {
 	c := newBaseCrew(ctx)
+	cpuStart(ctx)
 	start := time.Now()
 	c.run(workers, loop)
 	err := baseAwait(ctx, t.Done(), c, limit, t.check)
 	d := time.Since(start)
+	cpuStop(ctx)
 	if serr := c.stop(); err == nil {
 		err = serr
 	}
@@ -183,6 +185,7 @@ func basePublish(ctx context.Context, n, goroutines, perCall, size int, publish 
 	calls := (n + perCall - 1) / perCall
 	var next atomic.Int64
 	c := newBaseCrew(ctx)
+	cpuStart(ctx)
 	start := time.Now()
 	c.run(goroutines, func(ctx context.Context, _ int) error {
 		for ctx.Err() == nil {
@@ -203,6 +206,7 @@ func basePublish(ctx context.Context, n, goroutines, perCall, size int, publish 
 	})
 	err := c.wait()
 	d := time.Since(start)
+	cpuStop(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -230,6 +234,7 @@ func baseSteady(ctx context.Context, cfg steadyConfig,
 	seen := func(p []byte) { rec.record(t.see(p)) }
 	c := newBaseCrew(ctx)
 	c.run(cfg.Consumers, func(ctx context.Context, i int) error { return consume(ctx, i, seen) })
+	cpuStart(ctx)
 	start := time.Now()
 	published, err := pace(c.ctx, cfg.Rate, cfg.Producers, cfg.Duration, func(seq int) error {
 		if seq >= capacity {
@@ -240,6 +245,7 @@ func baseSteady(ctx context.Context, cfg steadyConfig,
 	if err == nil {
 		t.expect(published)
 		err = baseAwait(ctx, t.Done(), c, cfg.DrainLimit, t.check)
+		cpuStop(ctx)
 	}
 	if cerr := c.stop(); cerr != nil {
 		err = cerr // a consumer's failure explains a stopped publisher

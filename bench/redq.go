@@ -345,11 +345,13 @@ func (s *redqSystem) Publish(ctx context.Context, e *env, n, goroutines, perCall
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
+	cpuStart(ctx)
 	start := time.Now()
 	if err := publishRedq(ctx, q, n, goroutines, perCall, e.payloadSize); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
 	elapsed := time.Since(start)
+	cpuStop(ctx)
 	if err := expectRedqQueues(ctx, conn, n, redqQueue); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
@@ -391,6 +393,7 @@ func (s *redqSystem) endToEnd(ctx context.Context, e *env, cfg e2eConfig, what s
 		return 0, fmt.Errorf("%s fill: %w", what, err)
 	}
 	tl := newTally(cfg.N)
+	cpuStart(ctx)
 	start := time.Now()
 	if cfg.Batch > 0 {
 		err = r.consumeBatches(q, cfg.Prefetch, cfg.Batch, r.batchAcker(tl), s.poll)
@@ -404,6 +407,7 @@ func (s *redqSystem) endToEnd(ctx context.Context, e *env, cfg e2eConfig, what s
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	elapsed := time.Since(start)
+	cpuStop(ctx)
 	if err := r.settled(ctx, conn, 0, redqQueue); err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
@@ -457,6 +461,7 @@ func (s *redqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (_ st
 	if err := r.consume(q, cfg.Prefetch, cfg.Consumers, r.acker(tl, rec.record), s.poll); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}
+	cpuStart(ctx)
 	start := time.Now()
 	published, err := pace(ctx, cfg.Rate, cfg.Producers, cfg.Duration, func(seq int) error {
 		if seq >= capacity {
@@ -474,6 +479,7 @@ func (s *redqSystem) Steady(ctx context.Context, e *env, cfg steadyConfig) (_ st
 	if err := r.wait(ctx, tl, cfg.DrainLimit); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}
+	cpuStop(ctx)
 	if err := r.settled(ctx, conn, 0, redqQueue); err != nil {
 		return steadyResult{}, fmt.Errorf("steady: %w", err)
 	}

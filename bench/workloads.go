@@ -19,6 +19,10 @@ var (
 	rate        = metric{"rate", "deliveries/s", higherIsBetter}
 	perDelivery = metric{"cost", "µs/delivery", lowerIsBetter}
 	seconds     = metric{"time", "s", lowerIsBetter}
+	// redisCPUPer is the Redis server's CPU time in the timed part per
+	// delivery (see redisCPU): what the work costs Redis, whatever the
+	// client does meanwhile.
+	redisCPUPer = metric{"Redis CPU", "µs/delivery", lowerIsBetter}
 )
 
 // workload is one measurement, run for each of its systems in turn.
@@ -49,10 +53,15 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 		return workload{
 			name:    name,
 			about:   fmt.Sprintf("publish %d payloads, %d per call, from %d goroutines", n, perCall, goroutines),
-			metrics: []metric{rate},
+			metrics: []metric{rate, redisCPUPer},
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ctx, cpu := withRedisCPU(ctx, e.admin)
 				d, err := s.Publish(ctx, e, n, goroutines, perCall)
-				return []float64{perSec(n, d)}, err
+				if err != nil {
+					return nil, err
+				}
+				c, err := cpu.per(n)
+				return []float64{perSec(n, d), c}, err
 			},
 		}
 	}
@@ -60,11 +69,16 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 		return workload{
 			name:    name,
 			about:   fmt.Sprintf("consume and ack %d pre-filled deliveries of %d B (%s)", cfg.N, cfg.PayloadSize, e2eShape(cfg)),
-			metrics: []metric{rate},
+			metrics: []metric{rate, redisCPUPer},
 			systems: systems,
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ctx, cpu := withRedisCPU(ctx, e.admin)
 				d, err := s.EndToEnd(ctx, e, cfg)
-				return []float64{perSec(cfg.N, d)}, err
+				if err != nil {
+					return nil, err
+				}
+				c, err := cpu.per(cfg.N)
+				return []float64{perSec(cfg.N, d), c}, err
 			},
 		}
 	}
@@ -116,9 +130,10 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 			name: "e2e/steady",
 			about: fmt.Sprintf("publish %d/s for %s from %d producers while %d consumers ack; publish→ack latency",
 				steady.Rate, steady.Duration, steady.Producers, steady.Consumers),
-			metrics: []metric{rate, {"p50 latency", "µs", lowerIsBetter}, {"p99 latency", "µs", lowerIsBetter}},
+			metrics: []metric{rate, {"p50 latency", "µs", lowerIsBetter}, {"p99 latency", "µs", lowerIsBetter}, redisCPUPer},
 			systems: []string{"redq", "asynq", "streams", "list"},
 			run: func(ctx context.Context, e *env, s system) ([]float64, error) {
+				ctx, cpu := withRedisCPU(ctx, e.admin)
 				r, err := s.Steady(ctx, e, steady)
 				if err != nil {
 					return nil, err
@@ -126,7 +141,11 @@ func workloads(z sizes, idleSamples int, steadyRate int) []workload {
 				if len(r.Latencies) == 0 || r.Elapsed <= 0 {
 					return nil, fmt.Errorf("steady run consumed nothing")
 				}
-				return []float64{perSec(r.Consumed, r.Elapsed), micros(percentile(r.Latencies, 0.50)), micros(percentile(r.Latencies, 0.99))}, nil
+				c, err := cpu.per(r.Consumed)
+				if err != nil {
+					return nil, err
+				}
+				return []float64{perSec(r.Consumed, r.Elapsed), micros(percentile(r.Latencies, 0.50)), micros(percentile(r.Latencies, 0.99)), c}, nil
 			},
 		},
 		{
