@@ -71,8 +71,11 @@ func (m *redisCPU) per(n int) (float64, error) {
 	if m.readErr != nil {
 		return 0, fmt.Errorf("redis cpu: %w", m.readErr)
 	}
-	if m.parts == 0 || n <= 0 {
-		return 0, fmt.Errorf("redis cpu: no timed part was marked (%d parts, %d units)", m.parts, n)
+	if m.parts == 0 {
+		return 0, fmt.Errorf("redis cpu: no timed part was marked")
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("redis cpu: %d units of work, want at least 1", n)
 	}
 	return micros(m.total) / float64(n), nil
 }
